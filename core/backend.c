@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/* Backend selection, and the wrappers that add fault injection. */
+#include "backend.h"
+
+#include <errno.h>
+#include <string.h>
+
+int backend_new(const struct backend_config *config, struct backend **ret)
+{
+	const char *name = config->name ? config->name : "auto";
+	int r;
+
+	if (strcmp(name, "host") == 0)
+		return backend_host_new(config, ret);
+	if (strcmp(name, "cuda") == 0)
+		return backend_cuda_new(config, ret);
+	if (strcmp(name, "auto") != 0)
+		return error_set(-EINVAL, "unknown backend '%s' (use auto, cuda or host)", name);
+
+	r = backend_cuda_new(config, ret);
+	if (r == 0)
+		return 0;
+	log_write(&config->log, DORMANT_LOG_INFO, "no usable CUDA device (%s); using the host backend",
+		  dormant_last_error());
+	return backend_host_new(config, ret);
+}
+
+void backend_destroy(struct backend *b)
+{
+	if (!b)
+		return;
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
+		if (b->occupy_count[d])
+			backend_occupy(b, d, 0);
+	b->ops->destroy(b);
+}
+
+int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
+		      bool repeat)
+{
+	struct fault *f;
+
+	if ((unsigned)op >= DORMANT_FAULT_OPS)
+		return error_set(-EINVAL, "unknown fault operation %d", (int)op);
+	if (nth && error >= 0)
+		return error_set(-EINVAL, "an injected error must be a negative errno");
+	f = &b->faults[op];
+	atomic_store(&f->error, error);
+	atomic_store(&f->repeat, repeat);
+	atomic_store(&f->target, nth ? atomic_load(&f->calls) + nth : 0);
+	return 0;
+}
+
+int backend_fault_check(struct backend *b, enum dormant_fault_op op)
+{
+	static const char *const names[] = { "create", "map", "copy", "host allocation" };
+	struct fault *f = &b->faults[op];
+	uint64_t call = atomic_fetch_add(&f->calls, 1) + 1;
+	uint64_t target = atomic_load(&f->target);
+
+	if (!target || call < target || (call > target && !atomic_load(&f->repeat)))
+		return 0;
+	return error_set(atomic_load(&f->error), "injected fault: %s call %llu failed (%s)",
+			 names[op], (unsigned long long)call, strerror(-atomic_load(&f->error)));
+}
+
+int backend_mem_create(struct backend *b, int device, size_t size, uint64_t *ret_handle)
+{
+	int r = backend_fault_check(b, DORMANT_FAULT_CREATE);
+
+	return r ? r : b->ops->mem_create(b, device, size, ret_handle);
+}
+
+int backend_mem_map(struct backend *b, int device, uintptr_t va, size_t size, uint64_t handle)
+{
+	int r = backend_fault_check(b, DORMANT_FAULT_MAP);
+
+	return r ? r : b->ops->mem_map(b, device, va, size, handle);
+}
+
+int backend_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
+			 void *stream)
+{
+	int r = backend_fault_check(b, DORMANT_FAULT_COPY);
+
+	return r ? r : b->ops->copy_to_host(b, device, dst, src, size, stream);
+}
+
+int backend_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
+			   size_t size, void *stream)
+{
+	int r = backend_fault_check(b, DORMANT_FAULT_COPY);
+
+	return r ? r : b->ops->copy_to_device(b, device, dst, src, size, stream);
+}
+
+int backend_mem_create_map(struct backend *b, int device, uintptr_t va, size_t size,
+			   uint64_t *ret_handle)
+{
+	uint64_t handle;
+	int r;
+
+	r = backend_mem_create(b, device, size, &handle);
+	if (r < 0)
+		return r;
+	r = backend_mem_map(b, device, va, size, handle);
+	if (r < 0)
+		goto err_release;
+	*ret_handle = handle;
+	return 0;
+
+err_release:
+	b->ops->mem_release(b, device, handle);
+	return r;
+}
+
+int backend_mem_unmap_release(struct backend *b, int device, uintptr_t va, size_t size,
+			      uint64_t handle)
+{
+	int r = b->ops->mem_unmap(b, device, va, size);
+	int r2 = b->ops->mem_release(b, device, handle);
+
+	return r < 0 ? r : r2;
+}
+
+int backend_occupy(struct backend *b, int device, size_t bytes)
+{
+	size_t slots = ARRAY_SIZE(b->occupy_handles[0]);
+	size_t piece, granularity;
+	int r;
+
+	if (device < 0 || device >= DORMANT_DEVICES_MAX || device >= b->ops->device_count(b))
+		return error_set(-ENODEV, "no device %d", device);
+	while (b->occupy_count[device])
+		b->ops->mem_release(b, device, b->occupy_handles[device][--b->occupy_count[device]]);
+	if (bytes == 0)
+		return 0;
+	r = b->ops->granularity(b, device, &granularity);
+	if (r < 0)
+		return r;
+	bytes = round_up(bytes, granularity);
+	piece = round_up((bytes + slots - 1) / slots, granularity);
+	while (bytes) {
+		size_t size = MIN(piece, bytes);
+		uint64_t handle;
+
+		r = b->ops->mem_create(b, device, size, &handle);
+		if (r < 0) {
+			backend_occupy(b, device, 0);
+			return r;
+		}
+		b->occupy_handles[device][b->occupy_count[device]++] = handle;
+		bytes -= size;
+	}
+	return 0;
+}
+
+int backend_copy_sync(struct backend *b, int device, void *host, uintptr_t dev, size_t size,
+		      bool to_host)
+{
+	void *stream, *event;
+	int r;
+
+	r = b->ops->stream_create(b, device, &stream);
+	if (r < 0)
+		return r;
+	r = b->ops->event_create(b, device, &event);
+	if (r < 0)
+		goto err_stream;
+	r = to_host ? b->ops->copy_to_host(b, device, host, dev, size, stream)
+		    : b->ops->copy_to_device(b, device, dev, host, size, stream);
+	if (r == 0)
+		r = b->ops->event_record(b, device, event, stream);
+	if (r == 0)
+		r = b->ops->event_wait(b, device, event);
+	b->ops->event_destroy(b, device, event);
+err_stream:
+	b->ops->stream_destroy(b, device, stream);
+	return r;
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device backend interface: what the manager needs from a device, as a
+ * table of functions. Two implementations: backend_cuda.c (the CUDA driver
+ * API, loaded at run time) and backend_host.c (a simulated device on host
+ * memory). The manager never calls the table directly: it goes through the
+ * backend_*() wrappers below, which add fault injection and call counts.
+ *
+ * Every function returns 0 or a negative errno and records a message with
+ * error_set(). All of them are safe to call from any thread.
+ */
+#ifndef DORMANT_BACKEND_H
+#define DORMANT_BACKEND_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dormant.h"
+#include "util.h"
+
+struct backend;
+
+struct backend_ops {
+	const char *name;
+	void (*destroy)(struct backend *b);
+	int (*device_count)(struct backend *b);
+	/* The device of the calling thread's current context, else 0. */
+	int (*current_device)(struct backend *b);
+	/* Smallest mapping granularity of a device (a power of two). */
+	int (*granularity)(struct backend *b, int device, size_t *ret);
+	/* Reserve / free a virtual address range (no physical memory). */
+	int (*va_reserve)(struct backend *b, int device, size_t size, size_t align,
+			  uintptr_t *ret);
+	int (*va_free)(struct backend *b, uintptr_t va, size_t size);
+	/* Create / release physical device memory. */
+	int (*mem_create)(struct backend *b, int device, size_t size, uint64_t *ret_handle);
+	int (*mem_release)(struct backend *b, int device, uint64_t handle);
+	/* Map physical memory at va (read-write for the device) / unmap it. */
+	int (*mem_map)(struct backend *b, int device, uintptr_t va, size_t size, uint64_t handle);
+	int (*mem_unmap)(struct backend *b, int device, uintptr_t va, size_t size);
+	/* Pin / unpin host memory for fast copies. A copy must not span two
+	 * separately pinned ranges. */
+	int (*host_pin)(struct backend *b, void *ptr, size_t size);
+	int (*host_unpin)(struct backend *b, void *ptr);
+	/* Streams and events of a device. event_wait blocks without spinning. */
+	int (*stream_create)(struct backend *b, int device, void **ret);
+	void (*stream_destroy)(struct backend *b, int device, void *stream);
+	int (*event_create)(struct backend *b, int device, void **ret);
+	void (*event_destroy)(struct backend *b, int device, void *event);
+	int (*event_record)(struct backend *b, int device, void *event, void *stream);
+	int (*event_wait)(struct backend *b, int device, void *event);
+	/* Asynchronous copies and zero-fill on a stream. */
+	int (*copy_to_host)(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
+			    void *stream);
+	int (*copy_to_device)(struct backend *b, int device, uintptr_t dst, const void *src,
+			      size_t size, void *stream);
+	int (*zero)(struct backend *b, int device, uintptr_t dst, size_t size, void *stream);
+	/* Wait for all work on the device, the process's other streams too. */
+	int (*synchronize)(struct backend *b, int device);
+	int (*mem_info)(struct backend *b, int device, uint64_t *ret_free, uint64_t *ret_total);
+	/* Whether the device has been used (so mem_info costs no new context). */
+	bool (*device_active)(struct backend *b, int device);
+};
+
+struct fault {
+	_Atomic uint64_t calls;
+	_Atomic uint64_t target; /* 0: disarmed; else the call number that fails */
+	_Atomic int error;
+	_Atomic bool repeat;
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	struct logger log;
+	struct fault faults[DORMANT_FAULT_OPS];
+	/* Memory taken by dormant_debug_occupy(), per device. */
+	uint64_t occupy_handles[DORMANT_DEVICES_MAX][64];
+	size_t occupy_count[DORMANT_DEVICES_MAX];
+};
+
+struct backend_config {
+	const char *name; /* "auto", "cuda", "host" */
+	int host_devices;
+	size_t host_device_bytes;
+	struct logger log;
+};
+
+/* Pick and create the backend named in config. */
+int backend_new(const struct backend_config *config, struct backend **ret);
+void backend_destroy(struct backend *b);
+
+/* Implementations. backend_cuda_new() fails with -ENODEV when no driver or
+ * no device is usable. */
+int backend_host_new(const struct backend_config *config, struct backend **ret);
+int backend_cuda_new(const struct backend_config *config, struct backend **ret);
+
+/* Count a call of op and fail it if a fault is armed for it. */
+int backend_fault_check(struct backend *b, enum dormant_fault_op op);
+int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
+		      bool repeat);
+
+/* Wrappers: fault-injected where the op is one of enum dormant_fault_op. */
+int backend_mem_create(struct backend *b, int device, size_t size, uint64_t *ret_handle);
+int backend_mem_map(struct backend *b, int device, uintptr_t va, size_t size, uint64_t handle);
+int backend_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
+			 void *stream);
+int backend_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
+			   size_t size, void *stream);
+
+/* Create and map physical memory of size bytes at va, in one step; on
+ * failure nothing stays created or mapped. */
+int backend_mem_create_map(struct backend *b, int device, uintptr_t va, size_t size,
+			   uint64_t *ret_handle);
+/* Unmap and release; returns the first error but always tries both. */
+int backend_mem_unmap_release(struct backend *b, int device, uintptr_t va, size_t size,
+			      uint64_t handle);
+
+/* Take bytes on device outside the manager (0: give all back). */
+int backend_occupy(struct backend *b, int device, size_t bytes);
+
+/* A synchronous copy on a throwaway stream. */
+int backend_copy_sync(struct backend *b, int device, void *host, uintptr_t dev, size_t size,
+		      bool to_host);
+
+#endif

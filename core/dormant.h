@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dormant: put a process's GPU memory to sleep and wake it again at the same
+ * virtual addresses.
+ *
+ * The manager owns device allocations grouped by tag. Sleeping a tag releases
+ * its physical device memory while its virtual address range stays reserved:
+ * tags with policy DORMANT_KEEP are first copied to host memory, tags with
+ * policy DORMANT_DISCARD are released with no copy at all. Waking maps fresh
+ * physical memory at the same addresses, restores DORMANT_KEEP tags and
+ * zero-fills DORMANT_DISCARD tags. Pointers never change.
+ *
+ * Conventions, for every function below unless its comment says otherwise:
+ *  - it returns 0 (or a count) on success and a negative errno on failure;
+ *  - on failure, output parameters (ret_...) are left untouched and
+ *    dormant_last_error() holds a message for the calling thread;
+ *  - it is safe to call from any thread, also while a transition runs;
+ *  - it never prints, never calls exit() or abort() on a runtime condition.
+ */
+#ifndef DORMANT_H
+#define DORMANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DORMANT_EXPORT __attribute__((visibility("default")))
+#else
+#define DORMANT_EXPORT
+#endif
+
+/* A tag is 1 to DORMANT_TAG_MAX characters of [A-Za-z0-9_.:-]. */
+#define DORMANT_TAG_MAX 63
+/* At most this many tags per manager. */
+#define DORMANT_TAGS_MAX 64
+/* At most this many devices per manager. */
+#define DORMANT_DEVICES_MAX 16
+/* Size of the message buffers in reports and stats. */
+#define DORMANT_ERROR_MAX 256
+/* Number of finite buckets in a duration histogram. */
+#define DORMANT_HISTOGRAM_BUCKETS 14
+
+struct dormant;
+
+enum dormant_policy {
+	DORMANT_KEEP = 0,    /* copy to host on sleep, restore on wake */
+	DORMANT_DISCARD = 1, /* no host copy; zero-filled on wake */
+};
+
+enum dormant_state {
+	DORMANT_AWAKE = 0,
+	DORMANT_SLEEPING,
+	DORMANT_ASLEEP,
+	DORMANT_WAKING,
+};
+
+enum dormant_host_mode {
+	/* Take $DORMANT_HOST_MODE ("retain" or "release"), else release. */
+	DORMANT_HOST_DEFAULT = 0,
+	/* Keep pinned host buffers across cycles: fastest, costs host memory
+	 * equal to the kept bytes while awake too. */
+	DORMANT_HOST_RETAIN,
+	/* Give host memory back after each wake: leanest. */
+	DORMANT_HOST_RELEASE,
+};
+
+enum dormant_log_level {
+	DORMANT_LOG_ERROR = 0,
+	DORMANT_LOG_WARNING,
+	DORMANT_LOG_INFO,
+	DORMANT_LOG_DEBUG,
+};
+
+/* Receives the library's log messages (one line, no newline). May be called
+ * from any thread, including the library's own worker threads. */
+typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message,
+			       void *userdata);
+
+/*
+ * Options for dormant_new(). A zeroed struct means "all defaults"; each field
+ * documents its default and the environment variable consulted when it is
+ * left zero.
+ */
+struct dormant_options {
+	/* "auto" (cuda when a device is usable, else host), "cuda" or "host".
+	 * NULL: $DORMANT_BACKEND, else "auto". */
+	const char *backend;
+	/* See enum dormant_host_mode. */
+	enum dormant_host_mode host_mode;
+	/* Largest physical chunk backing an allocation, rounded up to the
+	 * device granularity. 0: $DORMANT_CHUNK_BYTES, else 1 GiB. */
+	size_t chunk_bytes;
+	/* How long a sleep waits for running training steps (the guard) to
+	 * leave before failing with -EBUSY. 0: 30000; negative: forever. */
+	int guard_timeout_ms;
+	/* Host threads used for host-side copies. 0: min(online CPUs, 16). */
+	unsigned copy_threads;
+	/* Pinned staging memory used to move data to and from unpinned host
+	 * memory (release mode). 0: 256 MiB. */
+	size_t staging_bytes;
+	/* Host backend only: number of simulated devices.
+	 * 0: $DORMANT_HOST_DEVICES, else 1. */
+	int host_devices;
+	/* Host backend only: simulated memory of each device.
+	 * 0: $DORMANT_HOST_DEVICE_BYTES, else 64 GiB. */
+	size_t host_device_bytes;
+	/* Optional log sink; NULL: the library logs nothing. */
+	dormant_log_fn log_fn;
+	void *log_userdata;
+};
+
+/*
+ * Create a manager. opts may be NULL (all defaults). The backend is chosen
+ * here; with "auto" and no usable CUDA driver the host backend is used.
+ * Returns -EINVAL for bad options, -ENODEV when "cuda" is asked for and no
+ * CUDA device is usable, -ENOMEM.
+ * The caller owns *ret and frees it with dormant_destroy().
+ */
+DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dormant **ret);
+
+/*
+ * Free every allocation (device and host memory) and the manager itself.
+ * Accepts NULL. Must not race with any other call on the same manager; a
+ * transition still running must have returned first.
+ */
+DORMANT_EXPORT void dormant_destroy(struct dormant *m);
+
+/* The backend in use: "cuda" or "host". Never fails; the string is static. */
+DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m);
+
+/* The effective host memory mode (never DORMANT_HOST_DEFAULT). */
+DORMANT_EXPORT enum dormant_host_mode dormant_host_mode(const struct dormant *m);
+
+/* Number of devices the backend sees (>= 1), or a negative errno. */
+DORMANT_EXPORT int dormant_device_count(struct dormant *m);
+
+/*
+ * Set the policy of a tag, creating the tag if needed. A tag never set is
+ * DORMANT_KEEP. Returns -EINVAL for a bad tag or policy, -ENOSPC when the tag
+ * table is full, -EBUSY while the tag is not awake (its policy decides how
+ * its memory sleeps and wakes, so it may change only while awake).
+ */
+DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *tag,
+				      enum dormant_policy policy);
+
+/*
+ * Allocate size bytes of device memory under tag, on the device current for
+ * the calling thread (CUDA) or device 0 (host backend). The address stays the
+ * same across every sleep and wake until dormant_free(). Memory is aligned to
+ * at least 512 bytes and is not initialised.
+ * Returns -EINVAL (bad tag, size 0), -ENOSPC (tag table full), -EBUSY (the tag
+ * is not awake: asleep memory cannot be handed out), -ENOMEM (device memory),
+ * -EIO (other device failure).
+ */
+DORMANT_EXPORT int dormant_alloc(struct dormant *m, const char *tag, size_t size,
+				 void **ret_ptr);
+
+/* As dormant_alloc(), on the given device ordinal (-ENODEV if out of range). */
+DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t size,
+				    int device, void **ret_ptr);
+
+/*
+ * Free an allocation in any state, asleep too (its host copy is dropped).
+ * During a transition of its tag the memory is given back when the
+ * transition ends. Returns -EINVAL for a pointer the manager did not hand out.
+ */
+DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr);
+
+/* Describes what one tag went through in a transition. */
+struct dormant_tag_change {
+	char tag[DORMANT_TAG_MAX + 1];
+	enum dormant_policy policy;
+	enum dormant_state before;
+	enum dormant_state after;
+	bool changed;
+	uint64_t bytes_copied;   /* between device and host */
+	uint64_t bytes_released; /* sleep: device bytes given back */
+	uint64_t bytes_mapped;   /* wake: device bytes mapped again */
+	uint64_t bytes_zeroed;   /* wake: discard bytes zero-filled */
+};
+
+/* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
+ * on failure. */
+struct dormant_report {
+	int result;                 /* what the call returned */
+	char error[DORMANT_ERROR_MAX]; /* empty on success */
+	double duration_s;          /* wall time of the whole call */
+	double guard_wait_s;        /* sleep: time spent waiting for the guard */
+	uint64_t bytes_copied;
+	uint64_t bytes_released;
+	uint64_t bytes_mapped;
+	uint64_t bytes_zeroed;
+	double copy_gbps;           /* bytes_copied / copy time, 1e9 bytes/s */
+	size_t tag_count;           /* entries used in tags[] */
+	struct dormant_tag_change tags[DORMANT_TAGS_MAX];
+};
+
+/*
+ * Put tags to sleep. tags is a NULL-terminated array of tag names; NULL means
+ * every tag. ret may be NULL. Tags already asleep are reported unchanged and
+ * make no error. Waits for running training steps to leave the guard (see
+ * dormant_step_enter()), runs DORMANT_HOOK_BEFORE_SLEEP hooks, synchronizes
+ * the devices, releases DISCARD memory without a copy and copies KEEP memory
+ * to host memory, releasing each chunk as soon as its own copy is done.
+ *
+ * Errors: -EBUSY (another transition runs, or the guard timed out),
+ * -ENOENT (a named tag does not exist), -EINVAL (bad tag name), -ECANCELED
+ * (a hook refused), -ENOMEM (host memory), -EIO (device failure).
+ * On failure every tag named is rolled back to awake with its KEEP bytes
+ * intact (DISCARD bytes are zero after a rollback that had released them).
+ */
+DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
+				 struct dormant_report *ret);
+
+/*
+ * Wake tags: map fresh device memory at the same addresses, restore KEEP tags,
+ * zero-fill DISCARD tags, synchronize, then run DORMANT_HOOK_AFTER_WAKE hooks
+ * and let waiting training steps in. Same tags/ret convention as
+ * dormant_sleep(); tags already awake are reported unchanged.
+ *
+ * Errors: -EBUSY, -ENOENT, -EINVAL as for sleep; -ENOMEM when device memory
+ * cannot be had (typically another process still holds it): everything this
+ * call mapped is given back and the tags stay asleep with their host copies
+ * intact, so the same call can be retried; -EIO for other device failures,
+ * with the same guarantee.
+ */
+DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
+				struct dormant_report *ret);
+
+/* The message of the calling thread's last failed dormant_ call, or "" if
+ * none. The string belongs to the library and stays valid until the thread's
+ * next failing call. */
+DORMANT_EXPORT const char *dormant_last_error(void);
+
+/* Constant strings: "keep"/"discard", "awake"/"sleeping"/"asleep"/"waking",
+ * "retain"/"release". NULL for values out of range. */
+DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy);
+DORMANT_EXPORT const char *dormant_state_name(enum dormant_state state);
+DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode);
+
+/* Parse "keep"/"discard" into *ret. -EINVAL otherwise. */
+DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_policy *ret);
+
+/* ---- Statistics ---------------------------------------------------------- */
+
+struct dormant_tag_stats {
+	char tag[DORMANT_TAG_MAX + 1];
+	enum dormant_policy policy;
+	enum dormant_state state;
+	uint64_t allocations;
+	uint64_t bytes;          /* bytes asked for by dormant_alloc() */
+	uint64_t reserved_bytes; /* virtual bytes reserved (granularity-rounded) */
+	uint64_t device_bytes;   /* physical device bytes mapped now */
+	uint64_t host_bytes;     /* host bytes held for this tag now */
+	uint64_t sleeps;         /* transitions that put it to sleep */
+	uint64_t wakes;          /* transitions that woke it */
+};
+
+struct dormant_transition_stats {
+	bool valid;           /* false until the first transition of this kind */
+	int result;           /* 0 or negative errno */
+	double started_unix_s;
+	double duration_s;
+	uint64_t bytes_copied;
+	uint64_t bytes_released;
+	uint64_t bytes_mapped;
+	uint64_t bytes_zeroed;
+	double copy_gbps;
+	char error[DORMANT_ERROR_MAX];
+};
+
+/* A Prometheus-style histogram: counts[i] is the number of observations
+ * <= bounds_s[i] and > bounds_s[i-1]; counts[DORMANT_HISTOGRAM_BUCKETS] holds
+ * the ones above the last bound (not cumulative). */
+struct dormant_histogram {
+	double bounds_s[DORMANT_HISTOGRAM_BUCKETS];
+	uint64_t counts[DORMANT_HISTOGRAM_BUCKETS + 1];
+	uint64_t count;
+	double sum_s;
+};
+
+struct dormant_device_stats {
+	int ordinal;
+	uint64_t free_bytes;    /* as the device reports it now */
+	uint64_t total_bytes;
+	uint64_t managed_bytes; /* physical bytes of this manager mapped now */
+};
+
+struct dormant_stats {
+	char backend[16];
+	enum dormant_host_mode host_mode;
+	bool healthy;                   /* false after a rollback that failed */
+	char health_error[DORMANT_ERROR_MAX];
+	bool transition_running;
+	unsigned steps_running;         /* training steps inside the guard */
+	size_t tag_count;
+	struct dormant_tag_stats tags[DORMANT_TAGS_MAX];
+	size_t device_count;
+	struct dormant_device_stats devices[DORMANT_DEVICES_MAX];
+	/* totals over all tags */
+	uint64_t allocations;
+	uint64_t bytes;
+	uint64_t device_bytes;
+	uint64_t host_bytes;            /* tag copies */
+	uint64_t staging_bytes;         /* pinned staging memory held */
+	/* counters since dormant_new() */
+	uint64_t sleeps_ok, sleeps_failed;
+	uint64_t wakes_ok, wakes_failed;
+	uint64_t noops;                 /* transitions that changed nothing */
+	uint64_t busy_rejections;       /* -EBUSY answers */
+	uint64_t bytes_to_host_total;
+	uint64_t bytes_to_device_total;
+	uint64_t bytes_released_total;
+	uint64_t bytes_zeroed_total;
+	struct dormant_transition_stats last_sleep;
+	struct dormant_transition_stats last_wake;
+	struct dormant_histogram sleep_seconds;
+	struct dormant_histogram wake_seconds;
+};
+
+/*
+ * Take a consistent snapshot of the manager's statistics into *ret (caller's
+ * memory; the struct is large, so do not put many on a small stack). Device
+ * free/total bytes are read from the device. Never blocks behind a
+ * transition. Returns -EINVAL for NULL arguments.
+ */
+DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret);
+
+/* ---- Trainer guard ------------------------------------------------------- */
+
+/*
+ * Enter a training step. While the manager is not fully awake (or a sleep is
+ * waiting for steps to leave) this waits for the next wake, up to timeout_ms
+ * (negative: forever, 0: do not wait). Returns 0 inside the step, -ETIMEDOUT.
+ * Every successful enter must be paired with dormant_step_leave(). Do not
+ * call from a hook (the transition would wait for itself).
+ */
+DORMANT_EXPORT int dormant_step_enter(struct dormant *m, int timeout_ms);
+
+/* Leave a training step. -EINVAL if no step is inside. */
+DORMANT_EXPORT int dormant_step_leave(struct dormant *m);
+
+/* ---- Hooks --------------------------------------------------------------- */
+
+enum dormant_hook_point {
+	DORMANT_HOOK_BEFORE_SLEEP = 0, /* a non-zero return cancels the sleep */
+	DORMANT_HOOK_AFTER_SLEEP,
+	DORMANT_HOOK_BEFORE_WAKE,      /* a non-zero return cancels the wake */
+	DORMANT_HOOK_AFTER_WAKE,
+};
+
+/* A hook runs on the thread that runs the transition (possibly an HTTP server
+ * thread), in the order hooks were added. It must not start a transition or
+ * enter the guard. Return 0, or non-zero to cancel (BEFORE_ points only). */
+typedef int (*dormant_hook_fn)(struct dormant *m, enum dormant_hook_point point,
+			       void *userdata);
+
+/* Add a hook; returns a positive id for dormant_hook_remove(), -EINVAL,
+ * -ENOSPC (at most 32 hooks). */
+DORMANT_EXPORT int dormant_hook_add(struct dormant *m, enum dormant_hook_point point,
+				    dormant_hook_fn fn, void *userdata);
+
+/* Remove a hook by id; -ENOENT if unknown. Must not be called from a hook. */
+DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id);
+
+/* ---- PyTorch pluggable allocator ----------------------------------------- */
+
+/*
+ * Entry points for torch.cuda.memory.CUDAPluggableAllocator. They allocate on
+ * the manager set with dormant_torch_set_manager(), under the calling
+ * thread's tag (dormant_set_thread_tag(); "default" if none). On failure the
+ * malloc returns NULL (PyTorch raises out-of-memory) and the reason is in
+ * dormant_last_error().
+ */
+DORMANT_EXPORT void *dormant_torch_malloc(size_t size, int device, void *stream);
+DORMANT_EXPORT void dormant_torch_free(void *ptr, size_t size, int device, void *stream);
+
+/* Route dormant_torch_malloc() to m (NULL to detach). Not owned. */
+DORMANT_EXPORT int dormant_torch_set_manager(struct dormant *m);
+
+/* Set the calling thread's tag for dormant_torch_malloc(); NULL resets it to
+ * "default". Returns -EINVAL for a bad tag name. */
+DORMANT_EXPORT int dormant_set_thread_tag(const char *tag);
+
+/* Copy the calling thread's tag into buf (size >= DORMANT_TAG_MAX + 1). */
+DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size);
+
+/* ---- Copies -------------------------------------------------------------- */
+
+/*
+ * Synchronous copies between host memory and managed device memory, for
+ * callers that do not link a device runtime (the demo fills and verifies its
+ * weights this way). The device range must lie inside one awake allocation.
+ * Returns -EINVAL (range not managed), -EBUSY (its tag is not awake), -EIO.
+ */
+DORMANT_EXPORT int dormant_copy_to_host(struct dormant *m, void *dst, const void *device_src,
+					size_t size);
+DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, const void *src,
+					  size_t size);
+
+/* ---- Testing and debugging ----------------------------------------------- */
+
+enum dormant_fault_op {
+	DORMANT_FAULT_CREATE = 0, /* physical memory creation (cuMemCreate) */
+	DORMANT_FAULT_MAP,        /* mapping at an address (cuMemMap) */
+	DORMANT_FAULT_COPY,       /* device<->host copy (cuMemcpy*Async) */
+	DORMANT_FAULT_HOST_ALLOC, /* host buffer allocation or pinning */
+	DORMANT_FAULT_OPS,
+};
+
+/*
+ * Make the nth next call (1 = the very next) of op fail with error (a negative
+ * errno, e.g. -ENOMEM or -EIO), for either backend. nth 0 disarms op. If
+ * repeat is true, every call from the nth on fails until disarmed. Meant for
+ * tests and for rehearsing failures; -EINVAL for bad arguments.
+ */
+DORMANT_EXPORT int dormant_debug_inject_fault(struct dormant *m, enum dormant_fault_op op,
+					      unsigned nth, int error, bool repeat);
+
+/* How many calls of op the backend has seen (successful or failed). */
+DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_fault_op op);
+
+/*
+ * Take bytes of device memory outside the manager on device, as another
+ * process (a rollout engine) would; bytes 0 gives all of it back. Lets tests
+ * and rehearsals make a wake fail with -ENOMEM. Returns -ENOMEM if the device
+ * does not have that much free.
+ */
+DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DORMANT_H */

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Host buffers: where KEEP chunks live while asleep, and the pinned staging
+ * ring. Memory comes from mmap (2 MiB aligned, transparent huge pages
+ * advised), is faulted in by the worker threads, and, when pinned, is
+ * registered with the device in pieces: registering touched memory in
+ * pieces is far faster than allocating pinned memory, and a copy must not
+ * cross a piece boundary.
+ */
+#ifndef DORMANT_HOSTBUF_H
+#define DORMANT_HOSTBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+#include "workers.h"
+
+/* Largest piece registered at once. */
+#define HOSTBUF_PIN_PIECE (256 * MiB)
+
+struct hostbuf {
+	void *ptr;       /* NULL: no buffer */
+	size_t size;     /* bytes mapped */
+	bool pinned;     /* registered in HOSTBUF_PIN_PIECE pieces */
+};
+
+/* Allocate at least size bytes; pinned ones are faulted in and registered.
+ * A fault-injection point (DORMANT_FAULT_HOST_ALLOC). */
+int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, bool pinned,
+		  struct hostbuf *ret);
+/* Unpin and unmap; accepts an empty buffer, leaves it empty. */
+void hostbuf_free(struct backend *b, struct hostbuf *hb);
+
+#endif

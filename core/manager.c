@@ -1,0 +1,660 @@
+/* SPDX-License-Identifier: MIT */
+/* The manager: options, tags, allocations, copies and statistics. The
+ * transitions themselves are in transition.c, the guard and hooks in guard.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "manager.h"
+
+#define DEFAULT_CHUNK_BYTES GiB
+#define DEFAULT_GUARD_TIMEOUT_MS 30000
+#define DEFAULT_STAGING_BYTES (256 * MiB)
+#define MIN_STAGING_BYTES (ENGINE_STAGING_SLOTS * 2 * MiB)
+
+static const double histogram_bounds_s[DORMANT_HISTOGRAM_BUCKETS] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+};
+
+/* ---- names --------------------------------------------------------------- */
+
+DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy)
+{
+	switch (policy) {
+	case DORMANT_KEEP:
+		return "keep";
+	case DORMANT_DISCARD:
+		return "discard";
+	}
+	return NULL;
+}
+
+DORMANT_EXPORT const char *dormant_state_name(enum dormant_state state)
+{
+	switch (state) {
+	case DORMANT_AWAKE:
+		return "awake";
+	case DORMANT_SLEEPING:
+		return "sleeping";
+	case DORMANT_ASLEEP:
+		return "asleep";
+	case DORMANT_WAKING:
+		return "waking";
+	}
+	return NULL;
+}
+
+DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode)
+{
+	switch (mode) {
+	case DORMANT_HOST_DEFAULT:
+		return "default";
+	case DORMANT_HOST_RETAIN:
+		return "retain";
+	case DORMANT_HOST_RELEASE:
+		return "release";
+	}
+	return NULL;
+}
+
+DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_policy *ret)
+{
+	if (name && strcmp(name, "keep") == 0)
+		*ret = DORMANT_KEEP;
+	else if (name && strcmp(name, "discard") == 0)
+		*ret = DORMANT_DISCARD;
+	else
+		return error_set(-EINVAL, "policy must be \"keep\" or \"discard\", not \"%s\"",
+				 name ? name : "(null)");
+	return 0;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+static int options_resolve(const struct dormant_options *opts, struct dormant_options *ret)
+{
+	struct dormant_options o = { 0 };
+	const char *env;
+	int r;
+
+	if (opts)
+		o = *opts;
+	if (!o.backend)
+		o.backend = (env = getenv("DORMANT_BACKEND")) && *env ? env : "auto";
+	if (o.host_mode == DORMANT_HOST_DEFAULT) {
+		env = getenv("DORMANT_HOST_MODE");
+		if (!env || !*env || strcmp(env, "release") == 0)
+			o.host_mode = DORMANT_HOST_RELEASE;
+		else if (strcmp(env, "retain") == 0)
+			o.host_mode = DORMANT_HOST_RETAIN;
+		else
+			return error_set(-EINVAL,
+					 "DORMANT_HOST_MODE must be \"retain\" or \"release\", not \"%s\"",
+					 env);
+	}
+	if (o.host_mode != DORMANT_HOST_RETAIN && o.host_mode != DORMANT_HOST_RELEASE)
+		return error_set(-EINVAL, "unknown host memory mode %d", (int)o.host_mode);
+	if (o.chunk_bytes == 0 && (env = getenv("DORMANT_CHUNK_BYTES")) && *env) {
+		r = size_parse(env, &o.chunk_bytes);
+		if (r < 0)
+			return error_prefix(r, "DORMANT_CHUNK_BYTES");
+	}
+	if (o.chunk_bytes == 0)
+		o.chunk_bytes = DEFAULT_CHUNK_BYTES;
+	if (o.guard_timeout_ms == 0)
+		o.guard_timeout_ms = DEFAULT_GUARD_TIMEOUT_MS;
+	if (o.copy_threads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		o.copy_threads = (unsigned)MAX(1L, MIN(cpus, 16L));
+	}
+	if (o.copy_threads > 256)
+		return error_set(-EINVAL, "copy_threads must be at most 256");
+	if (o.staging_bytes == 0)
+		o.staging_bytes = DEFAULT_STAGING_BYTES;
+	if (o.staging_bytes < MIN_STAGING_BYTES)
+		return error_set(-EINVAL, "staging_bytes must be at least %zu", MIN_STAGING_BYTES);
+	*ret = o;
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dormant **ret)
+{
+	struct backend_config config = { 0 };
+	struct dormant_options o = { 0 };
+	pthread_condattr_t attr;
+	struct dormant *m;
+	int r;
+
+	if (!ret)
+		return error_set(-EINVAL, "ret is NULL");
+	r = options_resolve(opts, &o);
+	if (r < 0)
+		return r;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return error_set(-ENOMEM, "out of host memory");
+	m->log.fn = o.log_fn;
+	m->log.userdata = o.log_userdata;
+	m->host_mode = o.host_mode;
+	m->chunk_bytes = o.chunk_bytes;
+	m->guard_timeout_ms = o.guard_timeout_ms;
+	m->healthy = true;
+	m->next_hook_id = 1;
+	for (int i = 0; i < DORMANT_HISTOGRAM_BUCKETS; i++) {
+		m->sleep_seconds.bounds_s[i] = histogram_bounds_s[i];
+		m->wake_seconds.bounds_s[i] = histogram_bounds_s[i];
+	}
+
+	config.name = o.backend;
+	config.host_devices = o.host_devices;
+	config.host_device_bytes = o.host_device_bytes;
+	config.log = m->log;
+	r = backend_new(&config, &m->backend);
+	if (r < 0)
+		goto err_free;
+	r = workers_new(o.copy_threads, &m->workers);
+	if (r < 0) {
+		error_set(r, "starting copy threads");
+		goto err_backend;
+	}
+	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes);
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&m->guard_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	log_write(&m->log, DORMANT_LOG_INFO, "dormant: %s backend, %d device(s), host mode %s",
+		  m->backend->ops->name, m->backend->ops->device_count(m->backend),
+		  dormant_host_mode_name(m->host_mode));
+	*ret = m;
+	return 0;
+
+err_backend:
+	backend_destroy(m->backend);
+err_free:
+	free(m);
+	return r;
+}
+
+DORMANT_EXPORT void dormant_destroy(struct dormant *m)
+{
+	if (!m)
+		return;
+	torch_forget(m);
+	pthread_mutex_lock(&m->lock);
+	while (m->alloc_count) {
+		struct alloc *a = m->allocs[--m->alloc_count];
+
+		a->in_transition = false;
+		alloc_destroy(m, a);
+	}
+	pthread_mutex_unlock(&m->lock);
+	/* Background frees use the tags: finish them before the tags go. */
+	workers_destroy(m->workers);
+	engine_finish(&m->engine);
+	for (size_t i = 0; i < m->tag_count; i++)
+		free(m->tags[i]);
+	free(m->allocs);
+	backend_destroy(m->backend);
+	pthread_cond_destroy(&m->guard_cond);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m)
+{
+	return m->backend->ops->name;
+}
+
+DORMANT_EXPORT enum dormant_host_mode dormant_host_mode(const struct dormant *m)
+{
+	return m->host_mode;
+}
+
+DORMANT_EXPORT int dormant_device_count(struct dormant *m)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	return m->backend->ops->device_count(m->backend);
+}
+
+/* ---- tags ---------------------------------------------------------------- */
+
+struct tag *tag_find(struct dormant *m, const char *name)
+{
+	for (size_t i = 0; i < m->tag_count; i++)
+		if (strcmp(m->tags[i]->name, name) == 0)
+			return m->tags[i];
+	return NULL;
+}
+
+static int tag_get(struct dormant *m, const char *name, struct tag **ret)
+{
+	struct tag *tag = tag_find(m, name);
+
+	if (!tag) {
+		if (m->tag_count == DORMANT_TAGS_MAX)
+			return error_set(-ENOSPC, "too many tags (at most %d)", DORMANT_TAGS_MAX);
+		tag = calloc(1, sizeof(*tag));
+		if (!tag)
+			return error_set(-ENOMEM, "out of host memory");
+		snprintf(tag->name, sizeof(tag->name), "%s", name);
+		tag->policy = DORMANT_KEEP;
+		tag->state = DORMANT_AWAKE;
+		m->tags[m->tag_count++] = tag;
+	}
+	*ret = tag;
+	return 0;
+}
+
+bool manager_all_awake(struct dormant *m)
+{
+	for (size_t i = 0; i < m->tag_count; i++)
+		if (m->tags[i]->state != DORMANT_AWAKE)
+			return false;
+	return true;
+}
+
+DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *name,
+				      enum dormant_policy policy)
+{
+	struct tag *tag;
+	int r;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	r = tag_name_check(name);
+	if (r < 0)
+		return r;
+	if (!dormant_policy_name(policy))
+		return error_set(-EINVAL, "unknown policy %d", (int)policy);
+	pthread_mutex_lock(&m->lock);
+	r = tag_get(m, name, &tag);
+	if (r == 0 && tag->state != DORMANT_AWAKE && tag->policy != policy)
+		r = error_set(-EBUSY, "tag '%s' is %s; its policy can change only while awake", name,
+			      dormant_state_name(tag->state));
+	if (r == 0)
+		tag->policy = policy;
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+/* ---- allocations --------------------------------------------------------- */
+
+/* Index of the first allocation whose ptr is > p. */
+static size_t alloc_upper_bound(struct dormant *m, uintptr_t p)
+{
+	size_t lo = 0, hi = m->alloc_count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if ((uintptr_t)m->allocs[mid]->ptr <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The allocation holding [p, p + size), or NULL. */
+static struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size)
+{
+	size_t i = alloc_upper_bound(m, p);
+	struct alloc *a;
+
+	if (i == 0)
+		return NULL;
+	a = m->allocs[i - 1];
+	if (p + size < p || p + size > (uintptr_t)a->ptr + a->size)
+		return NULL;
+	return a;
+}
+
+static int alloc_insert(struct dormant *m, struct alloc *a)
+{
+	size_t i;
+
+	if (m->alloc_count == m->alloc_capacity) {
+		size_t capacity = m->alloc_capacity ? m->alloc_capacity * 2 : 64;
+		struct alloc **grown = realloc(m->allocs, capacity * sizeof(*grown));
+
+		if (!grown)
+			return error_set(-ENOMEM, "out of host memory");
+		m->allocs = grown;
+		m->alloc_capacity = capacity;
+	}
+	i = alloc_upper_bound(m, (uintptr_t)a->ptr);
+	memmove(&m->allocs[i + 1], &m->allocs[i], (m->alloc_count - i) * sizeof(*m->allocs));
+	m->allocs[i] = a;
+	m->alloc_count++;
+	return 0;
+}
+
+static void tag_link(struct tag *tag, struct alloc *a)
+{
+	a->tag = tag;
+	a->prev = NULL;
+	a->next = tag->allocs;
+	if (tag->allocs)
+		tag->allocs->prev = a;
+	tag->allocs = a;
+	tag->allocations++;
+	tag->bytes += a->size;
+	tag->reserved_bytes += a->reserved;
+}
+
+static void tag_unlink(struct alloc *a)
+{
+	struct tag *tag = a->tag;
+
+	if (a->prev)
+		a->prev->next = a->next;
+	else
+		tag->allocs = a->next;
+	if (a->next)
+		a->next->prev = a->prev;
+	a->prev = a->next = NULL;
+	tag->allocations--;
+	tag->bytes -= a->size;
+	tag->reserved_bytes -= a->reserved;
+}
+
+void alloc_destroy(struct dormant *m, struct alloc *a)
+{
+	for (size_t i = 0; i < a->chunk_count; i++)
+		engine_chunk_drop(&m->engine, a, &a->chunks[i]);
+	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0)
+		log_write(&m->log, DORMANT_LOG_WARNING, "freeing an address range: %s",
+			  dormant_last_error());
+	free(a);
+}
+
+static int granularity_get(struct dormant *m, int device, size_t *ret)
+{
+	int r;
+
+	if (m->granularity[device] == 0) {
+		r = m->backend->ops->granularity(m->backend, device, &m->granularity[device]);
+		if (r < 0)
+			return r;
+	}
+	*ret = m->granularity[device];
+	return 0;
+}
+
+static int alloc_map(struct dormant *m, struct tag *tag, size_t size, int device,
+		     struct alloc **ret)
+{
+	struct backend *b = m->backend;
+	size_t granularity, reserved, chunk_bytes, count;
+	struct alloc *a;
+	uintptr_t va;
+	size_t mapped = 0;
+	int r;
+
+	r = granularity_get(m, device, &granularity);
+	if (r < 0)
+		return r;
+	if (size > SIZE_MAX - granularity)
+		return error_set(-ENOMEM, "%zu bytes is more than any device has", size);
+	reserved = round_up(size, granularity);
+	chunk_bytes = round_up(m->chunk_bytes, granularity);
+	count = (reserved + chunk_bytes - 1) / chunk_bytes;
+	a = calloc(1, sizeof(*a) + count * sizeof(a->chunks[0]));
+	if (!a)
+		return error_set(-ENOMEM, "out of host memory");
+	r = b->ops->va_reserve(b, device, reserved, granularity, &va);
+	if (r < 0)
+		goto err_free;
+	a->ptr = (void *)va;
+	a->size = size;
+	a->reserved = reserved;
+	a->device = device;
+	a->tag = tag;
+	a->chunk_count = count;
+	for (size_t i = 0; i < count; i++) {
+		struct chunk *c = &a->chunks[i];
+		size_t offset = i * chunk_bytes;
+
+		c->va = va + offset;
+		c->size = MIN(chunk_bytes, reserved - offset);
+		c->data_bytes = offset < size ? MIN(c->size, size - offset) : 0;
+		r = backend_mem_create_map(b, device, c->va, c->size, &c->handle);
+		if (r < 0)
+			goto err_unmap;
+		c->mapped = true;
+		mapped++;
+		atomic_fetch_add(&m->engine.device_bytes[device], c->size);
+		atomic_fetch_add(&tag->device_bytes, c->size);
+	}
+	*ret = a;
+	return 0;
+
+err_unmap:
+	while (mapped--)
+		engine_chunk_drop(&m->engine, a, &a->chunks[mapped]);
+	b->ops->va_free(b, va, reserved);
+err_free:
+	free(a);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t size, int device,
+				    void **ret_ptr)
+{
+	struct tag *tag;
+	struct alloc *a = NULL;
+	int r;
+
+	if (!m || !ret_ptr)
+		return error_set(-EINVAL, "manager or ret_ptr is NULL");
+	r = tag_name_check(name);
+	if (r < 0)
+		return r;
+	if (size == 0)
+		return error_set(-EINVAL, "cannot allocate 0 bytes");
+	if (device < 0 || device >= m->backend->ops->device_count(m->backend))
+		return error_set(-ENODEV, "no device %d", device);
+
+	pthread_mutex_lock(&m->lock);
+	r = tag_get(m, name, &tag);
+	if (r < 0)
+		goto out;
+	if (tag->state != DORMANT_AWAKE) {
+		r = error_set(-EBUSY, "tag '%s' is %s; wake it before allocating", name,
+			      dormant_state_name(tag->state));
+		goto out;
+	}
+	r = alloc_map(m, tag, size, device, &a);
+	if (r < 0) {
+		error_prefix(r, "allocating %zu bytes under tag '%s' on device %d", size, name,
+			     device);
+		goto out;
+	}
+	r = alloc_insert(m, a);
+	if (r < 0) {
+		alloc_destroy(m, a);
+		goto out;
+	}
+	tag_link(tag, a);
+	*ret_ptr = a->ptr;
+out:
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_alloc(struct dormant *m, const char *tag, size_t size, void **ret_ptr)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	return dormant_alloc_on(m, tag, size, m->backend->ops->current_device(m->backend), ret_ptr);
+}
+
+DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr)
+{
+	struct alloc *a;
+	size_t i;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	if (!ptr)
+		return 0;
+	pthread_mutex_lock(&m->lock);
+	i = alloc_upper_bound(m, (uintptr_t)ptr);
+	if (i == 0 || m->allocs[i - 1]->ptr != ptr) {
+		pthread_mutex_unlock(&m->lock);
+		return error_set(-EINVAL, "%p was not allocated by this manager", ptr);
+	}
+	a = m->allocs[i - 1];
+	memmove(&m->allocs[i - 1], &m->allocs[i], (m->alloc_count - i) * sizeof(*m->allocs));
+	m->alloc_count--;
+	tag_unlink(a);
+	if (a->in_transition)
+		a->doomed = true; /* the transition holds its chunks; it frees it */
+	else
+		alloc_destroy(m, a);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+/* ---- copies -------------------------------------------------------------- */
+
+static int copy_sync(struct dormant *m, void *host, const void *device_ptr, size_t size,
+		     bool to_host)
+{
+	struct alloc *a;
+	int r;
+
+	if (!m || !host || !device_ptr)
+		return error_set(-EINVAL, "NULL argument");
+	if (size == 0)
+		return 0;
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, (uintptr_t)device_ptr, size);
+	if (!a)
+		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
+			      device_ptr, size);
+	else if (a->tag->state != DORMANT_AWAKE)
+		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
+			      dormant_state_name(a->tag->state));
+	else
+		r = backend_copy_sync(m->backend, a->device, host, (uintptr_t)device_ptr, size,
+				      to_host);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_copy_to_host(struct dormant *m, void *dst, const void *device_src,
+					size_t size)
+{
+	return copy_sync(m, dst, device_src, size, true);
+}
+
+DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, const void *src,
+					  size_t size)
+{
+	return copy_sync(m, (void *)src, device_dst, size, false);
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret)
+{
+	struct backend *b;
+	int devices;
+
+	if (!m || !ret)
+		return error_set(-EINVAL, "manager or ret is NULL");
+	b = m->backend;
+	memset(ret, 0, sizeof(*ret));
+	snprintf(ret->backend, sizeof(ret->backend), "%s", b->ops->name);
+	ret->host_mode = m->host_mode;
+
+	pthread_mutex_lock(&m->lock);
+	ret->healthy = m->healthy;
+	memcpy(ret->health_error, m->health_error, sizeof(ret->health_error));
+	ret->transition_running = m->transition_running;
+	ret->steps_running = m->steps_running;
+	ret->tag_count = m->tag_count;
+	for (size_t i = 0; i < m->tag_count; i++) {
+		const struct tag *tag = m->tags[i];
+		struct dormant_tag_stats *ts = &ret->tags[i];
+
+		memcpy(ts->tag, tag->name, sizeof(ts->tag));
+		ts->policy = tag->policy;
+		ts->state = tag->state;
+		ts->allocations = tag->allocations;
+		ts->bytes = tag->bytes;
+		ts->reserved_bytes = tag->reserved_bytes;
+		ts->device_bytes = atomic_load(&tag->device_bytes);
+		ts->host_bytes = atomic_load(&tag->host_bytes);
+		ts->sleeps = tag->sleeps;
+		ts->wakes = tag->wakes;
+		ret->allocations += ts->allocations;
+		ret->bytes += ts->bytes;
+		ret->device_bytes += ts->device_bytes;
+		ret->host_bytes += ts->host_bytes;
+	}
+	ret->sleeps_ok = m->sleeps_ok;
+	ret->sleeps_failed = m->sleeps_failed;
+	ret->wakes_ok = m->wakes_ok;
+	ret->wakes_failed = m->wakes_failed;
+	ret->noops = m->noops;
+	ret->busy_rejections = m->busy_rejections;
+	ret->bytes_to_host_total = m->bytes_to_host_total;
+	ret->bytes_to_device_total = m->bytes_to_device_total;
+	ret->bytes_released_total = m->bytes_released_total;
+	ret->bytes_zeroed_total = m->bytes_zeroed_total;
+	ret->last_sleep = m->last_sleep;
+	ret->last_wake = m->last_wake;
+	ret->sleep_seconds = m->sleep_seconds;
+	ret->wake_seconds = m->wake_seconds;
+	pthread_mutex_unlock(&m->lock);
+
+	ret->staging_bytes = atomic_load(&m->engine.staging_held);
+	devices = MIN(b->ops->device_count(b), DORMANT_DEVICES_MAX);
+	for (int d = 0; d < devices; d++) {
+		struct dormant_device_stats *ds = &ret->devices[ret->device_count];
+
+		if (!b->ops->device_active(b, d))
+			continue;
+		ds->ordinal = d;
+		ds->managed_bytes = atomic_load(&m->engine.device_bytes[d]);
+		if (b->ops->mem_info(b, d, &ds->free_bytes, &ds->total_bytes) < 0)
+			ds->free_bytes = ds->total_bytes = 0;
+		ret->device_count++;
+	}
+	return 0;
+}
+
+/* ---- testing ------------------------------------------------------------- */
+
+DORMANT_EXPORT int dormant_debug_inject_fault(struct dormant *m, enum dormant_fault_op op,
+					      unsigned nth, int error, bool repeat)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	return backend_fault_arm(m->backend, op, nth, error, repeat);
+}
+
+DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_fault_op op)
+{
+	if (!m || (unsigned)op >= DORMANT_FAULT_OPS)
+		return 0;
+	return atomic_load(&m->backend->faults[op].calls);
+}
+
+DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t bytes)
+{
+	int r;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	pthread_mutex_lock(&m->lock);
+	r = backend_occupy(m->backend, device, bytes);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}

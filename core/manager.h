@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/* The manager's data: tags, allocations and the chunks that back them. */
+#ifndef DORMANT_MANAGER_H
+#define DORMANT_MANAGER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "backend.h"
+#include "dormant.h"
+#include "hostbuf.h"
+#include "transfer.h"
+#include "workers.h"
+
+/* A piece of physical memory backing part of an allocation. */
+struct chunk {
+	uintptr_t va;
+	size_t size;        /* physical bytes, a multiple of the granularity */
+	size_t data_bytes;  /* bytes of the allocation inside it: what a copy moves */
+	uint64_t handle;    /* physical memory while mapped */
+	bool mapped;
+	bool host_valid;    /* host.ptr holds this chunk's data */
+	struct hostbuf host;
+};
+
+struct tag;
+
+struct alloc {
+	void *ptr;
+	size_t size;
+	size_t reserved;
+	int device;
+	struct tag *tag;
+	struct alloc *prev, *next; /* in tag->allocs */
+	bool in_transition;        /* a transition holds pointers to its chunks */
+	bool doomed;               /* freed during a transition: destroy at its end */
+	size_t chunk_count;
+	struct chunk chunks[];
+};
+
+struct tag {
+	char name[DORMANT_TAG_MAX + 1];
+	enum dormant_policy policy;
+	enum dormant_state state;
+	struct alloc *allocs;
+	uint64_t allocations;
+	uint64_t bytes;
+	uint64_t reserved_bytes;
+	_Atomic uint64_t device_bytes;
+	_Atomic uint64_t host_bytes;
+	uint64_t sleeps, wakes;
+};
+
+#define HOOKS_MAX 32
+
+struct hook {
+	int id;
+	enum dormant_hook_point point;
+	dormant_hook_fn fn;
+	void *userdata;
+};
+
+struct dormant {
+	struct backend *backend;
+	struct logger log;
+	struct workers *workers;
+	struct engine engine;
+	enum dormant_host_mode host_mode;
+	size_t chunk_bytes;
+	int guard_timeout_ms;
+	size_t granularity[DORMANT_DEVICES_MAX]; /* 0 until first asked */
+
+	pthread_mutex_t lock; /* everything below */
+	pthread_cond_t guard_cond;
+	struct tag *tags[DORMANT_TAGS_MAX];
+	size_t tag_count;
+	struct alloc **allocs; /* sorted by ptr */
+	size_t alloc_count, alloc_capacity;
+	bool transition_running;
+	unsigned steps_running;
+	bool gate_hold; /* steps wait: a sleep waits for them or a wake is finishing */
+	struct hook hooks[HOOKS_MAX];
+	size_t hook_count;
+	int next_hook_id;
+
+	bool healthy;
+	char health_error[DORMANT_ERROR_MAX];
+	uint64_t sleeps_ok, sleeps_failed, wakes_ok, wakes_failed, noops, busy_rejections;
+	uint64_t bytes_to_host_total, bytes_to_device_total;
+	uint64_t bytes_released_total, bytes_zeroed_total;
+	struct dormant_transition_stats last_sleep, last_wake;
+	struct dormant_histogram sleep_seconds, wake_seconds;
+};
+
+/* Shared between manager.c, transition.c and guard.c; call with m->lock. */
+struct tag *tag_find(struct dormant *m, const char *name);
+void alloc_destroy(struct dormant *m, struct alloc *a);
+bool manager_all_awake(struct dormant *m);
+/* Steps may enter: nothing holds the gate and every tag is awake. */
+bool guard_open(struct dormant *m);
+/* Wake steps waiting in dormant_step_enter() to look again. */
+void guard_notify(struct dormant *m);
+/* Sleep's side of the guard: close the gate and wait for steps to leave.
+ * Returns 0 with the gate held, or -EBUSY (gate released again). Called
+ * without m->lock. *ret_waited_s receives the time spent. */
+int guard_close(struct dormant *m, double *ret_waited_s);
+/* Release the gate held by guard_close() or a wake. Called with m->lock. */
+void guard_release(struct dormant *m);
+/* Run the hooks of a point; returns the first non-zero result. Called
+ * without m->lock. */
+int hooks_run(struct dormant *m, enum dormant_hook_point point);
+/* Detach m from the PyTorch entry points if they use it. */
+void torch_forget(struct dormant *m);
+
+#endif

@@ -1,0 +1,618 @@
+/* SPDX-License-Identifier: MIT */
+#include "transfer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manager.h"
+
+/* ---- accounting ---------------------------------------------------------- */
+
+static void account_device(struct engine *e, struct alloc *a, int64_t delta)
+{
+	atomic_fetch_add(&e->device_bytes[a->device], (uint64_t)delta);
+	atomic_fetch_add(&a->tag->device_bytes, (uint64_t)delta);
+}
+
+static void account_host(struct tag *tag, int64_t delta)
+{
+	atomic_fetch_add(&tag->host_bytes, (uint64_t)delta);
+}
+
+static bool is_keep(const struct xfer_item *it)
+{
+	return it->tag->policy == DORMANT_KEEP;
+}
+
+/* ---- per-device resources ------------------------------------------------ */
+
+void engine_init(struct engine *e, struct backend *b, struct workers *w,
+		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes)
+{
+	memset(e, 0, sizeof(*e));
+	e->backend = b;
+	e->workers = w;
+	e->log = *log;
+	e->mode = mode;
+	e->staging_bytes = staging_bytes;
+}
+
+static void device_finish(struct engine *e, int d)
+{
+	struct engine_device *ed = &e->devices[d];
+	const struct backend_ops *ops = e->backend->ops;
+
+	for (int i = 0; i < ENGINE_WINDOW; i++)
+		if (ed->events[i])
+			ops->event_destroy(e->backend, d, ed->events[i]);
+	if (ed->zero_event)
+		ops->event_destroy(e->backend, d, ed->zero_event);
+	if (ed->zero_stream)
+		ops->stream_destroy(e->backend, d, ed->zero_stream);
+	if (ed->stream)
+		ops->stream_destroy(e->backend, d, ed->stream);
+	if (ed->staging.ptr) {
+		atomic_fetch_sub(&e->staging_held, ed->staging.size);
+		hostbuf_free(e->backend, &ed->staging);
+	}
+	memset(ed, 0, sizeof(*ed));
+}
+
+void engine_finish(struct engine *e)
+{
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
+		if (e->devices[d].ready || e->devices[d].stream)
+			device_finish(e, d);
+}
+
+static int device_ready(struct engine *e, int d)
+{
+	struct engine_device *ed = &e->devices[d];
+	const struct backend_ops *ops = e->backend->ops;
+	int r;
+
+	if (ed->ready)
+		return 0;
+	r = ops->stream_create(e->backend, d, &ed->stream);
+	if (r < 0)
+		goto err;
+	r = ops->stream_create(e->backend, d, &ed->zero_stream);
+	if (r < 0)
+		goto err;
+	r = ops->event_create(e->backend, d, &ed->zero_event);
+	if (r < 0)
+		goto err;
+	for (int i = 0; i < ENGINE_WINDOW; i++) {
+		r = ops->event_create(e->backend, d, &ed->events[i]);
+		if (r < 0)
+			goto err;
+	}
+	ed->ready = true;
+	return 0;
+
+err:
+	device_finish(e, d);
+	return error_prefix(r, "preparing streams on device %d", d);
+}
+
+static int staging_ready(struct engine *e, int d)
+{
+	struct engine_device *ed = &e->devices[d];
+	int r;
+
+	if (ed->staging.ptr)
+		return 0;
+	r = hostbuf_alloc(e->backend, e->workers, e->staging_bytes, true, &ed->staging);
+	if (r < 0)
+		return error_prefix(r, "allocating the staging ring");
+	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
+	atomic_fetch_add(&e->staging_held, ed->staging.size);
+	return 0;
+}
+
+/* ---- chunk release ------------------------------------------------------- */
+
+static int chunk_release(struct engine *e, struct alloc *a, struct chunk *c)
+{
+	struct backend *b = e->backend;
+	int r;
+
+	r = b->ops->mem_unmap(b, a->device, c->va, c->size);
+	if (r < 0)
+		return error_prefix(r, "unmapping %zu bytes at %#lx", c->size, (unsigned long)c->va);
+	c->mapped = false;
+	account_device(e, a, -(int64_t)c->size);
+	r = b->ops->mem_release(b, a->device, c->handle);
+	if (r < 0)
+		log_write(&e->log, DORMANT_LOG_WARNING, "releasing physical memory: %s",
+			  dormant_last_error());
+	return 0;
+}
+
+struct deferred_free {
+	struct backend *backend;
+	struct hostbuf buffer;
+	struct tag *tag;
+};
+
+static void deferred_free_run(void *arg)
+{
+	struct deferred_free *job = arg;
+	size_t size = job->buffer.size;
+
+	hostbuf_free(job->backend, &job->buffer);
+	account_host(job->tag, -(int64_t)size);
+	free(job);
+}
+
+/* Give a host copy back; unmapping gigabytes takes a while, so it happens on
+ * a worker thread and the host bytes fall when it is done. */
+static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
+{
+	struct deferred_free *job = malloc(sizeof(*job));
+
+	c->host_valid = false;
+	if (!job) {
+		size_t size = c->host.size;
+
+		hostbuf_free(e->backend, &c->host);
+		account_host(tag, -(int64_t)size);
+		return;
+	}
+	job->backend = e->backend;
+	job->buffer = c->host;
+	job->tag = tag;
+	memset(&c->host, 0, sizeof(c->host));
+	workers_submit(e->workers, deferred_free_run, job);
+}
+
+void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
+{
+	if (c->mapped && chunk_release(e, a, c) < 0)
+		log_write(&e->log, DORMANT_LOG_ERROR, "freeing an allocation: %s",
+			  dormant_last_error());
+	if (c->host.ptr) {
+		size_t size = c->host.size;
+
+		hostbuf_free(e->backend, &c->host);
+		account_host(a->tag, -(int64_t)size);
+	}
+	c->host_valid = false;
+}
+
+/* ---- the copy pipeline --------------------------------------------------- */
+
+struct flight {
+	struct xfer_item *item;
+	size_t offset, length;
+	int slot;  /* staging slot, or -1 for a direct copy */
+	bool last; /* last piece of its chunk */
+};
+
+struct pipeline {
+	struct engine *e;
+	int device;
+	struct engine_device *ed;
+	bool to_host;
+	struct xfer_totals *totals;
+	struct flight ring[ENGINE_WINDOW];
+	unsigned head, count;
+	bool slot_busy[ENGINE_STAGING_SLOTS];
+};
+
+static char *slot_ptr(struct pipeline *p, int slot)
+{
+	return (char *)p->ed->staging.ptr + (size_t)slot * p->ed->slot_bytes;
+}
+
+/* Wait for the oldest piece; finish its host side; on sleep, release its
+ * chunk when it was the chunk's last piece. */
+static int complete_oldest(struct pipeline *p)
+{
+	struct engine *e = p->e;
+	struct flight f = p->ring[p->head];
+	void *event = p->ed->events[p->head];
+	int r;
+
+	p->head = (p->head + 1) % ENGINE_WINDOW;
+	p->count--;
+	r = e->backend->ops->event_wait(e->backend, p->device, event);
+	if (f.slot >= 0) {
+		if (r == 0 && p->to_host)
+			workers_memcpy(e->workers, (char *)f.item->chunk->host.ptr + f.offset,
+				       slot_ptr(p, f.slot), f.length);
+		p->slot_busy[f.slot] = false;
+	}
+	if (r < 0)
+		return error_prefix(r, "waiting for a copy on device %d", p->device);
+	if (p->to_host && f.last) {
+		struct xfer_item *it = f.item;
+
+		it->chunk->host_valid = true;
+		r = chunk_release(e, it->alloc, it->chunk);
+		if (r < 0)
+			return r;
+		it->change->bytes_released += it->chunk->size;
+		p->totals->released += it->chunk->size;
+	}
+	return 0;
+}
+
+/* Wait out everything in flight after a failure, keeping the first error. */
+static void pipeline_abort(struct pipeline *p)
+{
+	while (p->count) {
+		struct flight *f = &p->ring[p->head];
+
+		f->last = false; /* release nothing on the way out */
+		(void)p->e->backend->ops->event_wait(p->e->backend, p->device,
+						     p->ed->events[p->head]);
+		if (f->slot >= 0)
+			p->slot_busy[f->slot] = false;
+		p->head = (p->head + 1) % ENGINE_WINDOW;
+		p->count--;
+	}
+}
+
+static int pipeline_drain(struct pipeline *p)
+{
+	while (p->count) {
+		int r = complete_oldest(p);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int free_slot(struct pipeline *p)
+{
+	for (;;) {
+		for (int s = 0; s < ENGINE_STAGING_SLOTS; s++)
+			if (!p->slot_busy[s])
+				return s;
+		int r = complete_oldest(p);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* Queue one piece of an item's copy, direct or through a staging slot. */
+static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset, size_t length,
+		       bool last)
+{
+	struct engine *e = p->e;
+	struct chunk *c = it->chunk;
+	char *host = (char *)c->host.ptr + offset;
+	uintptr_t dev = c->va + offset;
+	unsigned index;
+	int slot = -1, r;
+
+	if (!c->host.pinned) {
+		slot = free_slot(p);
+		if (slot < 0)
+			return slot;
+	}
+	while (p->count == ENGINE_WINDOW) {
+		r = complete_oldest(p);
+		if (r < 0)
+			return r;
+	}
+	if (slot >= 0) {
+		p->slot_busy[slot] = true;
+		if (!p->to_host)
+			workers_memcpy(e->workers, slot_ptr(p, slot), host, length);
+		host = slot_ptr(p, slot);
+	}
+	index = (p->head + p->count) % ENGINE_WINDOW;
+	if (p->to_host)
+		r = backend_copy_to_host(e->backend, p->device, host, dev, length, p->ed->stream);
+	else
+		r = backend_copy_to_device(e->backend, p->device, dev, host, length, p->ed->stream);
+	if (r == 0)
+		r = e->backend->ops->event_record(e->backend, p->device, p->ed->events[index],
+						  p->ed->stream);
+	if (r < 0) {
+		if (slot >= 0)
+			p->slot_busy[slot] = false;
+		return error_prefix(r, "copying %zu bytes %s device %d", length,
+				    p->to_host ? "from" : "to", p->device);
+	}
+	p->ring[index] = (struct flight){ .item = it, .offset = offset, .length = length,
+					  .slot = slot, .last = last };
+	p->count++;
+	it->change->bytes_copied += length;
+	p->totals->copied += length;
+	return 0;
+}
+
+/* Queue a whole chunk, split where the host side requires. */
+static int issue_chunk(struct pipeline *p, struct xfer_item *it)
+{
+	struct chunk *c = it->chunk;
+	size_t piece = c->host.pinned ? HOSTBUF_PIN_PIECE : p->ed->slot_bytes;
+	int r;
+
+	for (size_t off = 0; off < c->data_bytes; off += piece) {
+		size_t len = MIN(piece, c->data_bytes - off);
+
+		r = issue_piece(p, it, off, len, off + len == c->data_bytes);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* ---- sleep --------------------------------------------------------------- */
+
+static int release_discards(struct engine *e, int d, struct xfer_item *items, size_t count,
+			    struct xfer_totals *t)
+{
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		int r;
+
+		if (it->alloc->device != d || is_keep(it) || !it->chunk->mapped)
+			continue;
+		r = chunk_release(e, it->alloc, it->chunk);
+		if (r < 0)
+			return r;
+		it->change->bytes_released += it->chunk->size;
+		t->released += it->chunk->size;
+	}
+	return 0;
+}
+
+static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t count,
+			struct xfer_totals *t)
+{
+	struct pipeline p = { .e = e, .device = d, .ed = &e->devices[d], .to_host = true,
+			      .totals = t };
+	bool discards_done = false;
+	double start;
+	int r;
+
+	r = device_ready(e, d);
+	if (r < 0)
+		return r;
+	/* Every kernel that may still write this memory must be done. */
+	r = e->backend->ops->synchronize(e->backend, d);
+	if (r < 0)
+		return error_prefix(r, "synchronizing device %d", d);
+
+	start = now_monotonic_s();
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (it->alloc->device != d || !is_keep(it) || !c->mapped)
+			continue;
+		if (!c->host.ptr) {
+			r = hostbuf_alloc(e->backend, e->workers, c->data_bytes,
+					  e->mode == DORMANT_HOST_RETAIN, &c->host);
+			if (r < 0)
+				goto err;
+			account_host(it->tag, (int64_t)c->host.size);
+		}
+		if (!c->host.pinned) {
+			r = staging_ready(e, d);
+			if (r < 0)
+				goto err;
+		}
+		r = issue_chunk(&p, it);
+		if (r < 0)
+			goto err;
+		/* The first copies are queued: release DISCARD memory while
+		 * they run. */
+		if (!discards_done) {
+			r = release_discards(e, d, items, count, t);
+			if (r < 0)
+				goto err;
+			discards_done = true;
+		}
+	}
+	r = pipeline_drain(&p);
+	if (r < 0)
+		goto err;
+	if (!discards_done) {
+		r = release_discards(e, d, items, count, t);
+		if (r < 0)
+			return r;
+	}
+	t->copy_s += now_monotonic_s() - start;
+	return 0;
+
+err:
+	pipeline_abort(&p);
+	return r;
+}
+
+static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t);
+
+int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
+{
+	char message[DORMANT_ERROR_MAX];
+	struct xfer_totals undo = { 0 };
+	int r = 0, rr;
+
+	memset(t, 0, sizeof(*t));
+	for (int d = 0; d < DORMANT_DEVICES_MAX && r == 0; d++) {
+		bool any = false;
+
+		for (size_t i = 0; i < count && !any; i++)
+			any = items[i].alloc->device == d;
+		if (any)
+			r = sleep_device(e, d, items, count, t);
+	}
+	if (r == 0)
+		return 0;
+
+	/* Roll back: what was released comes back, restored from the host. */
+	snprintf(message, sizeof(message), "%s", dormant_last_error());
+	log_write(&e->log, DORMANT_LOG_WARNING, "sleep failed, rolling back: %s", message);
+	rr = wake_items(e, items, count, &undo);
+	if (rr < 0) {
+		t->rollback_failed = true;
+		log_write(&e->log, DORMANT_LOG_ERROR, "rollback failed: %s", dormant_last_error());
+		error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
+			  dormant_last_error());
+	} else {
+		error_set(r, "%s", message);
+	}
+	/* Copies made for chunks that never left the device are not needed. */
+	for (size_t i = 0; i < count; i++) {
+		struct chunk *c = items[i].chunk;
+
+		if (c->mapped) {
+			c->host_valid = false;
+			if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
+				host_release(e, items[i].tag, c);
+		}
+	}
+	return r;
+}
+
+/* ---- wake ---------------------------------------------------------------- */
+
+static void unmap_fresh(struct engine *e, struct xfer_item *items, size_t count,
+			struct xfer_totals *t)
+{
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+
+		if (!it->mapped_here)
+			continue;
+		it->mapped_here = false;
+		if (chunk_release(e, it->alloc, it->chunk) < 0) {
+			log_write(&e->log, DORMANT_LOG_ERROR, "undoing a wake: %s",
+				  dormant_last_error());
+			continue;
+		}
+		it->change->bytes_mapped -= it->chunk->size;
+		t->mapped -= it->chunk->size;
+	}
+}
+
+static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
+			  struct xfer_totals *t)
+{
+	struct engine_device *ed = &e->devices[d];
+	struct pipeline p = { .e = e, .device = d, .ed = ed, .to_host = false, .totals = t };
+	const struct backend_ops *ops = e->backend->ops;
+	int r;
+
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (it->alloc->device != d || !it->mapped_here)
+			continue;
+		if (is_keep(it) && c->host_valid)
+			continue;
+		/* DISCARD memory, and KEEP memory that never had a copy. */
+		r = ops->zero(e->backend, d, c->va, c->size, ed->zero_stream);
+		if (r < 0)
+			return error_prefix(r, "zero-filling %zu bytes on device %d", c->size, d);
+		it->change->bytes_zeroed += c->size;
+		t->zeroed += c->size;
+	}
+	r = ops->event_record(e->backend, d, ed->zero_event, ed->zero_stream);
+	if (r < 0)
+		return r;
+
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+
+		if (it->alloc->device != d || !it->mapped_here || !is_keep(it) ||
+		    !it->chunk->host_valid)
+			continue;
+		if (!it->chunk->host.pinned) {
+			r = staging_ready(e, d);
+			if (r < 0)
+				goto err;
+		}
+		r = issue_chunk(&p, it);
+		if (r < 0)
+			goto err;
+	}
+	r = pipeline_drain(&p);
+	if (r < 0)
+		goto err;
+	r = ops->event_wait(e->backend, d, ed->zero_event);
+	if (r < 0)
+		return error_prefix(r, "zero-filling on device %d", d);
+	return 0;
+
+err:
+	pipeline_abort(&p);
+	(void)ops->event_wait(e->backend, d, ed->zero_event);
+	return r;
+}
+
+static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t)
+{
+	bool devices[DORMANT_DEVICES_MAX] = { false };
+	double start;
+	int r;
+
+	/* Map everything first: if memory is short, fail before any copy. */
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+		int d = it->alloc->device;
+
+		it->mapped_here = false;
+		if (c->mapped)
+			continue;
+		r = device_ready(e, d);
+		if (r < 0)
+			goto err;
+		r = backend_mem_create_map(e->backend, d, c->va, c->size, &c->handle);
+		if (r < 0) {
+			error_prefix(r, "mapping %zu bytes on device %d", c->size, d);
+			goto err;
+		}
+		c->mapped = true;
+		it->mapped_here = true;
+		devices[d] = true;
+		account_device(e, it->alloc, (int64_t)c->size);
+		it->change->bytes_mapped += c->size;
+		t->mapped += c->size;
+	}
+
+	start = now_monotonic_s();
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
+		if (!devices[d])
+			continue;
+		r = restore_device(e, d, items, count, t);
+		if (r < 0)
+			goto err;
+	}
+	t->copy_s += now_monotonic_s() - start;
+
+	/* The data is on the device: host copies are no longer needed. */
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (!it->mapped_here)
+			continue;
+		c->host_valid = false;
+		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
+			host_release(e, it->tag, c);
+	}
+	return 0;
+
+err:
+	unmap_fresh(e, items, count, t);
+	return r;
+}
+
+int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	return wake_items(e, items, count, t);
+}

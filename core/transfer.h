@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The transfer engine: moves chunks between device and host memory for a
+ * transition, pipelined so that the copy engine never waits for the host.
+ *
+ *  - Sleep: synchronize, queue the first KEEP copies, release DISCARD chunks
+ *    while they run, then keep a window of copies in flight and release each
+ *    KEEP chunk as soon as its own copy is done.
+ *  - Wake: create and map every chunk, zero-fill DISCARD chunks on a second
+ *    stream, copy KEEP chunks back, synchronize.
+ *
+ * Host copies live in pinned buffers (retain mode: copied straight over
+ * PCIe) or in ordinary memory (release mode: through a small pinned staging
+ * ring, with the host-side memcpy spread over the worker threads).
+ *
+ * Failure: a failed sleep is rolled back (released chunks are mapped again
+ * and restored); a failed wake gives back everything it mapped. Host copies
+ * are only dropped once the data is safely on the device.
+ */
+#ifndef DORMANT_TRANSFER_H
+#define DORMANT_TRANSFER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "backend.h"
+#include "dormant.h"
+#include "hostbuf.h"
+#include "workers.h"
+
+struct alloc;
+struct chunk;
+struct tag;
+
+#define ENGINE_WINDOW 8       /* pieces in flight per device */
+#define ENGINE_STAGING_SLOTS 4
+
+struct engine_device {
+	bool ready;
+	void *stream;      /* copies */
+	void *zero_stream; /* zero-fill, beside the copies */
+	void *zero_event;
+	void *events[ENGINE_WINDOW];
+	struct hostbuf staging;
+	size_t slot_bytes;
+};
+
+struct engine {
+	struct backend *backend;
+	struct workers *workers;
+	struct logger log;
+	enum dormant_host_mode mode;
+	size_t staging_bytes;
+	struct engine_device devices[DORMANT_DEVICES_MAX];
+	_Atomic uint64_t staging_held;
+	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
+};
+
+/* One chunk to move, with where to account for it. */
+struct xfer_item {
+	struct alloc *alloc;
+	struct chunk *chunk;
+	struct tag *tag;
+	struct dormant_tag_change *change;
+	bool mapped_here; /* wake: mapped by this call (undone on failure) */
+};
+
+struct xfer_totals {
+	uint64_t copied, released, mapped, zeroed;
+	double copy_s;
+	bool rollback_failed; /* sleep: some chunks could not be restored */
+};
+
+void engine_init(struct engine *e, struct backend *b, struct workers *w,
+		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes);
+void engine_finish(struct engine *e);
+
+/* items: every mapped chunk of the tags going to sleep. */
+int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
+/* items: every unmapped chunk of the tags waking. */
+int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
+
+/* Give back a chunk's memory, with accounting: used by free and destroy. */
+void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c);
+
+#endif

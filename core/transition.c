@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The state machine: awake -> sleeping -> asleep -> waking -> awake, per tag.
+ *
+ * One transition runs at a time (a second gets -EBUSY). A transition picks
+ * the tags it names that are not already in the target state, holds the
+ * guard, runs the hooks, marks the tags sleeping or waking and hands their
+ * chunks to the transfer engine without holding the manager lock, so that
+ * alloc, free and stats go on meanwhile. Then it settles the states:
+ *  - sleep ok: asleep; sleep failed: awake again (rolled back), or asleep if
+ *    the rollback itself could not finish (the data is safe on the host and
+ *    a wake completes it);
+ *  - wake ok: awake; wake failed: asleep, host copies intact, retry works.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manager.h"
+
+struct transition {
+	bool sleep;
+	enum dormant_state target, via;
+	struct tag *tags[DORMANT_TAGS_MAX]; /* the ones that change */
+	size_t tag_count;
+	struct alloc **allocs;              /* marked in_transition */
+	size_t alloc_count;
+	struct xfer_item *items;
+	size_t item_count;
+	struct xfer_totals totals;
+	struct dormant_report *report;
+};
+
+static const char *kind(const struct transition *t)
+{
+	return t->sleep ? "sleep" : "wake";
+}
+
+/* Pick the named tags (all if names is NULL) into the report; the ones not
+ * yet in the target state go to t->tags. Called with m->lock. */
+static int select_tags(struct dormant *m, const char *const *names, struct transition *t)
+{
+	struct dormant_report *rep = t->report;
+	struct tag *picked[DORMANT_TAGS_MAX];
+	size_t count = 0;
+	int r;
+
+	if (!names) {
+		memcpy(picked, m->tags, m->tag_count * sizeof(picked[0]));
+		count = m->tag_count;
+	}
+	for (size_t i = 0; names && names[i]; i++) {
+		struct tag *tag;
+		bool seen = false;
+
+		r = tag_name_check(names[i]);
+		if (r < 0)
+			return r;
+		tag = tag_find(m, names[i]);
+		if (!tag)
+			return error_set(-ENOENT, "unknown tag '%s'", names[i]);
+		for (size_t j = 0; j < count && !seen; j++)
+			seen = picked[j] == tag;
+		if (!seen)
+			picked[count++] = tag;
+	}
+	for (size_t i = 0; i < count; i++) {
+		struct dormant_tag_change *change = &rep->tags[i];
+
+		memcpy(change->tag, picked[i]->name, sizeof(change->tag));
+		change->policy = picked[i]->policy;
+		change->before = change->after = picked[i]->state;
+		if (picked[i]->state != t->target)
+			t->tags[t->tag_count++] = picked[i];
+	}
+	rep->tag_count = count;
+	return 0;
+}
+
+static struct dormant_tag_change *change_of(struct transition *t, const struct tag *tag)
+{
+	for (size_t i = 0; i < t->report->tag_count; i++)
+		if (strcmp(t->report->tags[i].tag, tag->name) == 0)
+			return &t->report->tags[i];
+	return NULL;
+}
+
+/* Mark the tags' allocations and list the chunks to move. Called with
+ * m->lock. */
+static int collect_items(struct transition *t)
+{
+	size_t allocs = 0, items = 0;
+
+	for (size_t i = 0; i < t->tag_count; i++)
+		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next) {
+			allocs++;
+			items += a->chunk_count;
+		}
+	t->allocs = malloc(MAX(allocs, (size_t)1) * sizeof(*t->allocs));
+	t->items = malloc(MAX(items, (size_t)1) * sizeof(*t->items));
+	if (!t->allocs || !t->items) {
+		free(t->allocs);
+		free(t->items);
+		t->allocs = NULL;
+		t->items = NULL;
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	for (size_t i = 0; i < t->tag_count; i++) {
+		struct tag *tag = t->tags[i];
+		struct dormant_tag_change *change = change_of(t, tag);
+
+		tag->state = t->via;
+		for (struct alloc *a = tag->allocs; a; a = a->next) {
+			a->in_transition = true;
+			t->allocs[t->alloc_count++] = a;
+			for (size_t c = 0; c < a->chunk_count; c++) {
+				struct chunk *chunk = &a->chunks[c];
+
+				if (chunk->mapped != t->sleep)
+					continue;
+				t->items[t->item_count++] = (struct xfer_item){
+					.alloc = a, .chunk = chunk, .tag = tag, .change = change,
+				};
+			}
+		}
+	}
+	return 0;
+}
+
+static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
+{
+	for (size_t i = 0; i < t->alloc_count; i++) {
+		const struct alloc *a = t->allocs[i];
+
+		if (a->tag != tag)
+			continue;
+		for (size_t c = 0; c < a->chunk_count; c++)
+			if (!a->chunks[c].mapped)
+				return false;
+	}
+	return true;
+}
+
+/* Settle states, free what was freed meanwhile, count. Called with m->lock. */
+static void settle(struct dormant *m, struct transition *t, int result)
+{
+	struct dormant_report *rep = t->report;
+	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
+	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
+	double duration = rep->duration_s;
+	int bucket = 0;
+
+	for (size_t i = 0; i < t->tag_count; i++) {
+		struct tag *tag = t->tags[i];
+		enum dormant_state state;
+
+		if (result == 0)
+			state = t->target;
+		else if (t->sleep)
+			state = tag_fully_mapped(tag, t) ? DORMANT_AWAKE : DORMANT_ASLEEP;
+		else
+			state = DORMANT_ASLEEP;
+		if (state == t->target && state != tag->state) {
+			if (t->sleep)
+				tag->sleeps++;
+			else
+				tag->wakes++;
+		}
+		tag->state = state;
+	}
+	for (size_t i = 0; i < t->alloc_count; i++) {
+		struct alloc *a = t->allocs[i];
+
+		a->in_transition = false;
+		if (a->doomed)
+			alloc_destroy(m, a);
+	}
+	for (size_t i = 0; i < rep->tag_count; i++) {
+		struct tag *tag = tag_find(m, rep->tags[i].tag);
+
+		rep->tags[i].after = tag ? tag->state : rep->tags[i].before;
+		rep->tags[i].changed = rep->tags[i].after != rep->tags[i].before;
+	}
+
+	if (t->sleep) {
+		if (result == 0)
+			m->sleeps_ok++;
+		else
+			m->sleeps_failed++;
+		m->bytes_to_host_total += t->totals.copied;
+	} else {
+		if (result == 0)
+			m->wakes_ok++;
+		else
+			m->wakes_failed++;
+		m->bytes_to_device_total += t->totals.copied;
+	}
+	m->bytes_released_total += t->totals.released;
+	m->bytes_zeroed_total += t->totals.zeroed;
+	if (t->totals.rollback_failed) {
+		m->healthy = false;
+		snprintf(m->health_error, sizeof(m->health_error),
+			 "a failed sleep could not be rolled back; wake to recover: %s",
+			 dormant_last_error());
+	} else if (result == 0 && manager_all_awake(m)) {
+		m->healthy = true;
+		m->health_error[0] = '\0';
+	}
+
+	*last = (struct dormant_transition_stats){
+		.valid = true,
+		.result = result,
+		.started_unix_s = now_unix_s() - duration,
+		.duration_s = duration,
+		.bytes_copied = t->totals.copied,
+		.bytes_released = t->totals.released,
+		.bytes_mapped = t->totals.mapped,
+		.bytes_zeroed = t->totals.zeroed,
+		.copy_gbps = rep->copy_gbps,
+	};
+	if (result < 0)
+		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
+	while (bucket < DORMANT_HISTOGRAM_BUCKETS && duration > h->bounds_s[bucket])
+		bucket++;
+	h->counts[bucket]++;
+	h->count++;
+	h->sum_s += duration;
+}
+
+static int transition_run(struct dormant *m, bool sleep, const char *const *names,
+			  struct dormant_report *rep)
+{
+	struct transition t = {
+		.sleep = sleep,
+		.target = sleep ? DORMANT_ASLEEP : DORMANT_AWAKE,
+		.via = sleep ? DORMANT_SLEEPING : DORMANT_WAKING,
+		.report = rep,
+	};
+	double start = now_monotonic_s();
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	if (m->transition_running) {
+		m->busy_rejections++;
+		pthread_mutex_unlock(&m->lock);
+		return error_set(-EBUSY, "another sleep or wake is running");
+	}
+	r = select_tags(m, names, &t);
+	if (r < 0) {
+		pthread_mutex_unlock(&m->lock);
+		return r;
+	}
+	if (t.tag_count == 0) {
+		m->noops++;
+		pthread_mutex_unlock(&m->lock);
+		return 0;
+	}
+	m->transition_running = true;
+	if (!sleep)
+		m->gate_hold = true; /* steps wait for the wake hooks too */
+	pthread_mutex_unlock(&m->lock);
+
+	if (sleep) {
+		r = guard_close(m, &rep->guard_wait_s);
+		if (r < 0) {
+			pthread_mutex_lock(&m->lock);
+			m->busy_rejections++;
+			m->transition_running = false;
+			pthread_mutex_unlock(&m->lock);
+			return r;
+		}
+	}
+
+	r = hooks_run(m, sleep ? DORMANT_HOOK_BEFORE_SLEEP : DORMANT_HOOK_BEFORE_WAKE);
+	if (r != 0) {
+		r = error_set(-ECANCELED, "a before-%s hook cancelled the %s (it returned %d)",
+			      kind(&t), kind(&t), r);
+		t.tag_count = 0; /* nothing moved */
+		goto settle;
+	}
+
+	pthread_mutex_lock(&m->lock);
+	r = collect_items(&t);
+	pthread_mutex_unlock(&m->lock);
+	if (r < 0) {
+		t.tag_count = 0;
+		goto settle;
+	}
+
+	if (sleep)
+		r = engine_sleep(&m->engine, t.items, t.item_count, &t.totals);
+	else
+		r = engine_wake(&m->engine, t.items, t.item_count, &t.totals);
+	if (r < 0)
+		error_prefix(r, "%s", kind(&t));
+
+settle:
+	rep->duration_s = now_monotonic_s() - start;
+	rep->bytes_copied = t.totals.copied;
+	rep->bytes_released = t.totals.released;
+	rep->bytes_mapped = t.totals.mapped;
+	rep->bytes_zeroed = t.totals.zeroed;
+	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
+	pthread_mutex_lock(&m->lock);
+	settle(m, &t, r);
+	pthread_mutex_unlock(&m->lock);
+	free(t.items);
+	free(t.allocs);
+
+	if (r == 0)
+		hooks_run(m, sleep ? DORMANT_HOOK_AFTER_SLEEP : DORMANT_HOOK_AFTER_WAKE);
+	pthread_mutex_lock(&m->lock);
+	guard_release(m);
+	m->transition_running = false;
+	pthread_mutex_unlock(&m->lock);
+	log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
+		  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, %llu zeroed%s%s",
+		  kind(&t), r == 0 ? "done" : "failed", rep->duration_s,
+		  (unsigned long long)rep->bytes_copied, rep->copy_gbps,
+		  (unsigned long long)rep->bytes_released, (unsigned long long)rep->bytes_zeroed,
+		  r == 0 ? "" : ": ", r == 0 ? "" : dormant_last_error());
+	return r;
+}
+
+static int transition(struct dormant *m, bool sleep, const char *const *names,
+		      struct dormant_report *ret)
+{
+	double start = now_monotonic_s();
+	struct dormant_report *rep;
+	int r;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	/* The report is large; keep it off the caller's (maybe small) stack. */
+	rep = calloc(1, sizeof(*rep));
+	if (!rep)
+		return error_set(-ENOMEM, "out of host memory");
+	error_clear();
+	r = transition_run(m, sleep, names, rep);
+	rep->result = r;
+	if (r < 0) {
+		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
+	}
+	if (rep->duration_s == 0)
+		rep->duration_s = now_monotonic_s() - start;
+	if (ret)
+		*ret = *rep;
+	free(rep);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
+				 struct dormant_report *ret)
+{
+	return transition(m, true, tags, ret);
+}
+
+DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
+				struct dormant_report *ret)
+{
+	return transition(m, false, tags, ret);
+}
