@@ -83,8 +83,9 @@ void ctl_report_table(FILE *out, enum ctl_command command, const struct ctl_endp
 		cell_state(r, state, sizeof(state));
 		ctl_format_bytes(r->bytes, bytes, sizeof(bytes));
 		cell_duration(shown_duration(command, r), duration, sizeof(duration));
-		fprintf(out, "%-*s  %-*s  %*s  %*s  %s\n", w_endpoint, endpoints->items[i].name,
-			w_state, state, w_bytes, bytes, w_duration, duration, r->ok ? "" : r->error);
+		fprintf(out, "%-*s  %-*s  %*s  %*s%s%s\n", w_endpoint, endpoints->items[i].name,
+			w_state, state, w_bytes, bytes, w_duration, duration, r->ok ? "" : "  ",
+			r->ok ? "" : r->error);
 		if (!r->ok)
 			failed++;
 	}
