@@ -204,6 +204,8 @@ static void job_done(struct fanout *f, struct job *job, CURLcode code)
 		long os_errno = 0;
 
 		curl_easy_getinfo(job->easy, CURLINFO_OS_ERRNO, &os_errno);
+		if (code == CURLE_FILESIZE_EXCEEDED) /* told by Content-Length */
+			job->too_large = true;
 		if (job->too_large)
 			snprintf(r->error, sizeof(r->error), "response larger than %d bytes",
 				 CTL_RESPONSE_MAX);
