@@ -30,33 +30,49 @@ struct dormant_server;
  * Returns the length written, or a negative errno. Called on server threads. */
 typedef int (*dormant_stats_extra_fn)(void *userdata, char *buf, size_t size);
 
+/* Writes lines of Prometheus text exposition format 0.0.4 (complete
+ * families, "# TYPE" lines included, each line ending in a newline) into
+ * buf, appended to GET /metrics (dormantd reports its verifications there).
+ * Returns the length written, or a negative errno. Called on server threads. */
+typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
+
 struct dormant_server_options {
 	/* "host:port" to listen on; port 0 picks a free port (read it back with
-	 * dormant_server_port()). NULL: "127.0.0.1:8787". IPv6 as "[::1]:8787". */
+	 * dormant_server_port()). NULL: "127.0.0.1:8787". IPv6 as "[::1]:8787".
+	 * The host may be a name; the first address it resolves to is used. */
 	const char *listen;
-	/* Listen on this Unix socket path instead of TCP. */
+	/* Listen on this Unix socket path instead of TCP (at most 107 bytes).
+	 * The socket is created with mode 0600; a stale socket left at the path
+	 * (nothing accepts on it) is replaced, any other file is an error. */
 	const char *unix_path;
-	/* Bearer token. NULL: $DORMANT_TOKEN, else the contents of token_file
-	 * or $DORMANT_TOKEN_FILE, else no authentication. */
+	/* Bearer token (1 to 1024 visible ASCII characters), looked for in this
+	 * order: token, the contents of token_file (surrounding white space
+	 * trimmed), $DORMANT_TOKEN, the contents of $DORMANT_TOKEN_FILE. None of
+	 * them: no authentication. */
 	const char *token;
 	const char *token_file;
 	/* Leave /healthz, /readyz and /metrics open when a token is set. */
 	bool open_probes;
-	/* Worker threads. 0: 4. */
+	/* Worker threads. 0: 4. At most 256. */
 	unsigned threads;
-	/* Concurrent connections. 0: 64. */
+	/* Concurrent connections, at least threads. 0: 64. At most 65536. */
 	unsigned max_connections;
-	/* Idle seconds before a connection is closed. 0: 30. */
+	/* Idle seconds before a connection is closed. 0: 30. At most 86400. */
 	unsigned connection_timeout_s;
 	/* No access log on stderr. */
 	bool quiet;
 	dormant_stats_extra_fn stats_extra;
 	void *stats_extra_userdata;
+	/* Added after the first release: appended to /metrics. */
+	dormant_metrics_extra_fn metrics_extra;
+	void *metrics_extra_userdata;
 };
 
 /*
  * Start serving m. opts may be NULL (defaults). m must outlive the server.
- * Returns -EINVAL (bad options), -EADDRINUSE, -EACCES, -ENOMEM, -EIO.
+ * The caller owns *ret and frees it with dormant_server_stop().
+ * Returns -EINVAL (bad options, unreadable token file), -EADDRINUSE,
+ * -EACCES, -ENOMEM, -EIO.
  */
 DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_server_options *opts,
 					struct dormant_server **ret);
@@ -68,7 +84,9 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s);
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s);
 
 /* Stop listening, wait for requests in flight (a sleep or wake among them
- * runs to its end), free the server. Accepts NULL. */
+ * runs to its end and its response is sent), free the server. Requests that
+ * arrive meanwhile on open connections get 503. Accepts NULL. Must not be
+ * called from a hook or a callback of this server. */
 DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s);
 
 #ifdef __cplusplus

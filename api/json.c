@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: MIT */
+/* The manager's reports and statistics as JSON documents (jansson), and the
+ * exported dormant_*_json() functions built on them. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "dormant-json.h"
+#include "util.h"
+
+/* Doubles are printed with this many significant digits: enough for
+ * durations in microseconds, short enough to read. */
+#define JSON_FLAGS_COMPACT (JSON_COMPACT | JSON_REAL_PRECISION(9))
+#define JSON_FLAGS_PRETTY (JSON_INDENT(2) | JSON_REAL_PRECISION(9))
+
+const char *api_result_name(int result)
+{
+	static const struct {
+		int err;
+		const char *name;
+	} names[] = {
+		{ EPERM, "EPERM" },	    { ENOENT, "ENOENT" },	{ EINTR, "EINTR" },
+		{ EIO, "EIO" },		    { E2BIG, "E2BIG" },		{ EAGAIN, "EAGAIN" },
+		{ ENOMEM, "ENOMEM" },	    { EACCES, "EACCES" },	{ EFAULT, "EFAULT" },
+		{ EBUSY, "EBUSY" },	    { EEXIST, "EEXIST" },	{ ENODEV, "ENODEV" },
+		{ EINVAL, "EINVAL" },	    { ENOSPC, "ENOSPC" },	{ ERANGE, "ERANGE" },
+		{ ENOSYS, "ENOSYS" },	    { ENOTSUP, "ENOTSUP" },	{ ETIMEDOUT, "ETIMEDOUT" },
+		{ ECANCELED, "ECANCELED" }, { EOVERFLOW, "EOVERFLOW" }, { ENXIO, "ENXIO" },
+		{ EPROTO, "EPROTO" },	    { EBADF, "EBADF" },		{ EADDRINUSE, "EADDRINUSE" },
+	};
+
+	if (result >= 0)
+		return "ok";
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (names[i].err == -result)
+			return names[i].name;
+	return "EUNKNOWN";
+}
+
+const char *api_manager_state(const struct dormant_stats *stats)
+{
+	enum dormant_state state;
+
+	if (stats->tag_count == 0)
+		return "awake";
+	state = stats->tags[0].state;
+	for (size_t i = 1; i < stats->tag_count; i++)
+		if (stats->tags[i].state != state)
+			return "mixed";
+	return dormant_state_name(state);
+}
+
+static const char *kind_name(enum api_kind kind)
+{
+	return kind == API_SLEEP ? "sleep" : "wake";
+}
+
+/* json_real() refuses NaN and infinities; a rate or a duration is never
+ * either unless something went wrong, and then 0 says it best. */
+static json_t *real(double value)
+{
+	return json_real(isfinite(value) ? value : 0.0);
+}
+
+static json_t *count_json(uint64_t value)
+{
+	/* json_int_t is long long: bytes and counts stay far below 2^63. */
+	return json_integer((json_int_t)MIN(value, (uint64_t)INT64_MAX));
+}
+
+/* A JSON string of at most max bytes of text, which may be cut in the middle
+ * of a UTF-8 sequence (the library's message buffers are fixed): bytes
+ * outside ASCII become '?', so the document stays valid. */
+static json_t *text(const char *s, size_t max)
+{
+	size_t len = strnlen(s, max);
+	char *copy = malloc(len + 1);
+	json_t *o;
+
+	if (!copy)
+		return NULL;
+	for (size_t i = 0; i < len; i++)
+		copy[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+	copy[len] = '\0';
+	o = json_stringn(copy, len);
+	free(copy);
+	return o;
+}
+
+static json_t *tag_change_json(const struct dormant_tag_change *c)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o}",
+			 "tag", c->tag,
+			 "policy", dormant_policy_name(c->policy),
+			 "before", dormant_state_name(c->before),
+			 "after", dormant_state_name(c->after),
+			 "changed", c->changed,
+			 "bytes_copied", count_json(c->bytes_copied),
+			 "bytes_released", count_json(c->bytes_released),
+			 "bytes_mapped", count_json(c->bytes_mapped),
+			 "bytes_zeroed", count_json(c->bytes_zeroed));
+}
+
+json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, const char *state)
+{
+	json_t *report, *tags;
+	bool changed = false;
+
+	tags = json_array();
+	if (!tags)
+		return NULL;
+	for (size_t i = 0; i < rep->tag_count && i < DORMANT_TAGS_MAX; i++) {
+		changed = changed || rep->tags[i].changed;
+		if (json_array_append_new(tags, tag_change_json(&rep->tags[i])) < 0) {
+			json_decref(tags);
+			return NULL;
+		}
+	}
+	/* json_pack steals tags ("o") even when it fails. */
+	report = json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			   "action", kind_name(kind),
+			   "result", api_result_name(rep->result),
+			   "changed", changed,
+			   "state", state,
+			   "duration_s", real(rep->duration_s),
+			   "guard_wait_s", real(rep->guard_wait_s),
+			   "bytes_copied", count_json(rep->bytes_copied),
+			   "bytes_released", count_json(rep->bytes_released),
+			   "bytes_mapped", count_json(rep->bytes_mapped),
+			   "bytes_zeroed", count_json(rep->bytes_zeroed),
+			   "copy_gbps", real(rep->copy_gbps),
+			   "tags", tags);
+	if (!report)
+		return NULL;
+	if (rep->result < 0 &&
+	    json_object_set_new(report, "error", rep->error[0] ? text(rep->error, sizeof(rep->error))
+							       : json_string(strerror(-rep->result))) < 0) {
+		json_decref(report);
+		return NULL;
+	}
+	return report;
+}
+
+static json_t *last_transition_json(const struct dormant_transition_stats *t)
+{
+	json_t *o;
+
+	if (!t->valid)
+		return json_null();
+	o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+		      "result", api_result_name(t->result),
+		      "started_unix_s", real(t->started_unix_s),
+		      "duration_s", real(t->duration_s),
+		      "bytes_copied", count_json(t->bytes_copied),
+		      "bytes_released", count_json(t->bytes_released),
+		      "bytes_mapped", count_json(t->bytes_mapped),
+		      "bytes_zeroed", count_json(t->bytes_zeroed),
+		      "copy_gbps", real(t->copy_gbps));
+	if (o && t->result < 0 &&
+	    json_object_set_new(o, "error", text(t->error, sizeof(t->error))) < 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static json_t *tag_stats_json(const struct dormant_tag_stats *t)
+{
+	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			 "tag", t->tag,
+			 "policy", dormant_policy_name(t->policy),
+			 "state", dormant_state_name(t->state),
+			 "allocations", count_json(t->allocations),
+			 "bytes", count_json(t->bytes),
+			 "reserved_bytes", count_json(t->reserved_bytes),
+			 "device_bytes", count_json(t->device_bytes),
+			 "host_bytes", count_json(t->host_bytes),
+			 "sleeps", count_json(t->sleeps),
+			 "wakes", count_json(t->wakes));
+}
+
+static json_t *device_stats_json(const struct dormant_device_stats *d)
+{
+	return json_pack("{s:i, s:o, s:o, s:o}",
+			 "ordinal", d->ordinal,
+			 "free_bytes", count_json(d->free_bytes),
+			 "total_bytes", count_json(d->total_bytes),
+			 "managed_bytes", count_json(d->managed_bytes));
+}
+
+json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
+{
+	json_t *o = NULL, *tags, *devices;
+
+	tags = json_array();
+	devices = json_array();
+	if (!tags || !devices)
+		goto err;
+	for (size_t i = 0; i < st->tag_count && i < DORMANT_TAGS_MAX; i++)
+		if (json_array_append_new(tags, tag_stats_json(&st->tags[i])) < 0)
+			goto err;
+	for (size_t i = 0; i < st->device_count && i < DORMANT_DEVICES_MAX; i++)
+		if (json_array_append_new(devices, device_stats_json(&st->devices[i])) < 0)
+			goto err;
+
+	o = json_pack("{s:s, s:s, s:b, s:o, s:s, s:b, s:I, s:o, s:{s:o, s:o, s:o, s:o, s:o}, "
+		      "s:o, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:o, s:o}",
+		      "backend", st->backend,
+		      "host_mode", dormant_host_mode_name(st->host_mode),
+		      "healthy", st->healthy,
+		      "health_error", text(st->health_error, sizeof(st->health_error)),
+		      "state", api_manager_state(st),
+		      "transition_running", st->transition_running,
+		      "steps_running", (json_int_t)st->steps_running,
+		      "tags", tags,
+		      "totals",
+		      "allocations", count_json(st->allocations),
+		      "bytes", count_json(st->bytes),
+		      "device_bytes", count_json(st->device_bytes),
+		      "host_bytes", count_json(st->host_bytes),
+		      "staging_bytes", count_json(st->staging_bytes),
+		      "devices", devices,
+		      "counters",
+		      "sleeps_ok", count_json(st->sleeps_ok),
+		      "sleeps_failed", count_json(st->sleeps_failed),
+		      "wakes_ok", count_json(st->wakes_ok),
+		      "wakes_failed", count_json(st->wakes_failed),
+		      "noops", count_json(st->noops),
+		      "busy_rejections", count_json(st->busy_rejections),
+		      "bytes_to_host_total", count_json(st->bytes_to_host_total),
+		      "bytes_to_device_total", count_json(st->bytes_to_device_total),
+		      "bytes_released_total", count_json(st->bytes_released_total),
+		      "bytes_zeroed_total", count_json(st->bytes_zeroed_total),
+		      "last_sleep", last_transition_json(&st->last_sleep),
+		      "last_wake", last_transition_json(&st->last_wake));
+	/* json_pack has consumed tags and devices, failed or not */
+	tags = devices = NULL;
+	if (!o)
+		goto err;
+	if (extra && json_object_set_new(o, "extra", extra) < 0) {
+		extra = NULL; /* stolen */
+		goto err;
+	}
+	return o;
+
+err:
+	json_decref(o);
+	json_decref(tags);
+	json_decref(devices);
+	json_decref(extra);
+	return NULL;
+}
+
+int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
+		       json_t **ret_report)
+{
+	char error[DORMANT_ERROR_MAX];
+	struct dormant_report *rep;
+	struct dormant_stats *stats;
+	const char *state = "mixed";
+	int r;
+
+	/* both are large: keep them off the server thread's stack */
+	rep = calloc(1, sizeof(*rep));
+	stats = malloc(sizeof(*stats));
+	if (!rep || !stats) {
+		free(rep);
+		free(stats);
+		*ret_report = NULL;
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	r = kind == API_SLEEP ? dormant_sleep(m, tags, rep) : dormant_wake(m, tags, rep);
+	if (r < 0 && rep->result == 0) {
+		/* failed before the manager wrote the report (argument checks) */
+		rep->result = r;
+		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
+	}
+	snprintf(error, sizeof(error), "%s", rep->error);
+	if (dormant_stats_get(m, stats) == 0)
+		state = api_manager_state(stats);
+	*ret_report = api_report_json(kind, rep, state);
+	free(stats);
+	free(rep);
+	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
+		error_set(r, "%s", error);
+	return r;
+}
+
+/* ---- exported ------------------------------------------------------------ */
+
+static int dump(json_t *doc, bool pretty, char **ret_json)
+{
+	char *text = json_dumps(doc, pretty ? JSON_FLAGS_PRETTY : JSON_FLAGS_COMPACT);
+
+	if (!text)
+		return error_set(-ENOMEM, "out of host memory");
+	*ret_json = text;
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_stats_json(struct dormant *m, bool pretty, char **ret_json)
+{
+	struct dormant_stats *stats;
+	json_t *doc;
+	int r;
+
+	if (!m || !ret_json)
+		return error_set(-EINVAL, "manager or ret_json is NULL");
+	stats = malloc(sizeof(*stats));
+	if (!stats)
+		return error_set(-ENOMEM, "out of host memory");
+	r = dormant_stats_get(m, stats);
+	if (r < 0) {
+		free(stats);
+		return r;
+	}
+	doc = api_stats_to_json(stats, NULL);
+	free(stats);
+	if (!doc)
+		return error_set(-ENOMEM, "out of host memory");
+	r = dump(doc, pretty, ret_json);
+	json_decref(doc);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action,
+					   const char *const *tags, char **ret_json)
+{
+	enum api_kind kind;
+	json_t *report;
+	char *text;
+	int r;
+
+	if (!m || !action || !ret_json)
+		return error_set(-EINVAL, "manager, action or ret_json is NULL");
+	if (strcmp(action, "sleep") == 0)
+		kind = API_SLEEP;
+	else if (strcmp(action, "wake") == 0)
+		kind = API_WAKE;
+	else
+		return error_set(-EINVAL, "action must be \"sleep\" or \"wake\", not \"%.64s\"",
+				 action);
+	r = api_transition_run(m, kind, tags, &report);
+	if (!report)
+		return error_set(-ENOMEM, "out of host memory");
+	text = json_dumps(report, JSON_FLAGS_COMPACT);
+	json_decref(report);
+	if (!text)
+		return error_set(-ENOMEM, "out of host memory");
+	*ret_json = text;
+	return r;
+}
+
+DORMANT_EXPORT void dormant_json_free(char *json)
+{
+	free(json);
+}

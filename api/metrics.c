@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GET /metrics: the statistics in the Prometheus text exposition format,
+ * version 0.0.4. Each family is written once, with its HELP and TYPE lines
+ * first; label values are escaped as the format asks (\\, \", \n).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "util.h"
+
+#ifndef DORMANT_VERSION
+#define DORMANT_VERSION "unknown"
+#endif
+
+static const char *const kind_names[API_KINDS] = { "sleep", "wake" };
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value, escaped. */
+static void label_value(FILE *f, const char *value)
+{
+	for (const char *p = value; *p; p++) {
+		if (*p == '\\')
+			fputs("\\\\", f);
+		else if (*p == '"')
+			fputs("\\\"", f);
+		else if (*p == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*p, f);
+	}
+}
+
+/* A sample value: integers exactly, others with enough digits. */
+static void value_double(FILE *f, double v)
+{
+	if (isnan(v))
+		fputs(" NaN\n", f);
+	else if (isinf(v))
+		fputs(v > 0 ? " +Inf\n" : " -Inf\n", f);
+	else
+		fprintf(f, " %.17g\n", v);
+}
+
+static void value_u64(FILE *f, uint64_t v)
+{
+	fprintf(f, " %llu\n", (unsigned long long)v);
+}
+
+static void tag_sample(FILE *f, const char *name, const char *tag)
+{
+	fprintf(f, "%s{tag=\"", name);
+	label_value(f, tag);
+	fputs("\"", f);
+}
+
+static void histogram(FILE *f, const char *kind, const struct dormant_histogram *h)
+{
+	uint64_t cumulative = 0;
+
+	for (int i = 0; i < DORMANT_HISTOGRAM_BUCKETS; i++) {
+		cumulative += h->counts[i];
+		fprintf(f, "dormant_transition_duration_seconds_bucket{kind=\"%s\",le=\"%g\"}", kind,
+			h->bounds_s[i]);
+		value_u64(f, cumulative);
+	}
+	cumulative += h->counts[DORMANT_HISTOGRAM_BUCKETS];
+	fprintf(f, "dormant_transition_duration_seconds_bucket{kind=\"%s\",le=\"+Inf\"}", kind);
+	/* the +Inf bucket is the count by definition */
+	value_u64(f, h->count > cumulative ? h->count : cumulative);
+	fprintf(f, "dormant_transition_duration_seconds_sum{kind=\"%s\"}", kind);
+	value_double(f, h->sum_s);
+	fprintf(f, "dormant_transition_duration_seconds_count{kind=\"%s\"}", kind);
+	value_u64(f, h->count > cumulative ? h->count : cumulative);
+}
+
+static void write_metrics(FILE *f, const struct dormant_stats *st,
+			  const struct api_counters *counters)
+{
+	const struct dormant_transition_stats *last[API_KINDS] = { &st->last_sleep,
+								    &st->last_wake };
+	const struct dormant_histogram *hist[API_KINDS] = { &st->sleep_seconds,
+							     &st->wake_seconds };
+	const uint64_t ok[API_KINDS] = { st->sleeps_ok, st->wakes_ok };
+	const uint64_t failed[API_KINDS] = { st->sleeps_failed, st->wakes_failed };
+
+	family(f, "dormant_info", "gauge", "The manager's backend, host memory mode and version.");
+	fputs("dormant_info{backend=\"", f);
+	label_value(f, st->backend);
+	fprintf(f, "\",host_mode=\"%s\",version=\"%s\"} 1\n", dormant_host_mode_name(st->host_mode),
+		DORMANT_VERSION);
+
+	family(f, "dormant_healthy", "gauge",
+	       "1 unless a failed sleep could not be rolled back (a wake recovers).");
+	fprintf(f, "dormant_healthy %d\n", st->healthy ? 1 : 0);
+
+	family(f, "dormant_tag_state", "gauge", "1 for the state each tag is in, else 0.");
+	for (size_t i = 0; i < st->tag_count; i++) {
+		for (int s = DORMANT_AWAKE; s <= DORMANT_WAKING; s++) {
+			tag_sample(f, "dormant_tag_state", st->tags[i].tag);
+			fprintf(f, ",state=\"%s\"} %d\n", dormant_state_name((enum dormant_state)s),
+				st->tags[i].state == (enum dormant_state)s);
+		}
+	}
+
+	family(f, "dormant_tag_bytes", "gauge",
+	       "Bytes each tag holds now, on the device and in host memory.");
+	for (size_t i = 0; i < st->tag_count; i++) {
+		tag_sample(f, "dormant_tag_bytes", st->tags[i].tag);
+		fputs(",location=\"device\"}", f);
+		value_u64(f, st->tags[i].device_bytes);
+		tag_sample(f, "dormant_tag_bytes", st->tags[i].tag);
+		fputs(",location=\"host\"}", f);
+		value_u64(f, st->tags[i].host_bytes);
+	}
+
+	family(f, "dormant_tag_allocations", "gauge", "Live allocations of each tag.");
+	for (size_t i = 0; i < st->tag_count; i++) {
+		tag_sample(f, "dormant_tag_allocations", st->tags[i].tag);
+		fputs("}", f);
+		value_u64(f, st->tags[i].allocations);
+	}
+
+	family(f, "dormant_gpu_free_bytes", "gauge", "Free memory of each device, as it reports it.");
+	for (size_t i = 0; i < st->device_count; i++) {
+		fprintf(f, "dormant_gpu_free_bytes{device=\"%d\"}", st->devices[i].ordinal);
+		value_u64(f, st->devices[i].free_bytes);
+	}
+	family(f, "dormant_gpu_total_bytes", "gauge", "Total memory of each device.");
+	for (size_t i = 0; i < st->device_count; i++) {
+		fprintf(f, "dormant_gpu_total_bytes{device=\"%d\"}", st->devices[i].ordinal);
+		value_u64(f, st->devices[i].total_bytes);
+	}
+	family(f, "dormant_managed_device_bytes", "gauge",
+	       "Physical device memory this manager has mapped now, per device.");
+	for (size_t i = 0; i < st->device_count; i++) {
+		fprintf(f, "dormant_managed_device_bytes{device=\"%d\"}", st->devices[i].ordinal);
+		value_u64(f, st->devices[i].managed_bytes);
+	}
+
+	family(f, "dormant_staging_bytes", "gauge", "Pinned staging host memory held now.");
+	fputs("dormant_staging_bytes", f);
+	value_u64(f, st->staging_bytes);
+
+	family(f, "dormant_transitions_total", "counter",
+	       "Sleeps and wakes by result; busy and noop count the ones asked over this "
+	       "server's HTTP API.");
+	for (int k = 0; k < API_KINDS; k++) {
+		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"ok\"}", kind_names[k]);
+		value_u64(f, ok[k]);
+		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"failed\"}", kind_names[k]);
+		value_u64(f, failed[k]);
+		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"busy\"}", kind_names[k]);
+		value_u64(f, atomic_load(&counters->busy[k]));
+		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"noop\"}", kind_names[k]);
+		value_u64(f, atomic_load(&counters->noop[k]));
+	}
+
+	family(f, "dormant_transition_duration_seconds", "histogram",
+	       "Wall time of the sleeps and wakes that ran (changed something or failed).");
+	for (int k = 0; k < API_KINDS; k++)
+		histogram(f, kind_names[k], hist[k]);
+
+	family(f, "dormant_transition_running", "gauge", "1 while a sleep or wake runs.");
+	fprintf(f, "dormant_transition_running %d\n", st->transition_running ? 1 : 0);
+
+	family(f, "dormant_steps_running", "gauge", "Training steps inside the guard now.");
+	fprintf(f, "dormant_steps_running %u\n", st->steps_running);
+
+	family(f, "dormant_bytes_copied_total", "counter",
+	       "Bytes copied between device and host memory.");
+	fputs("dormant_bytes_copied_total{direction=\"to_host\"}", f);
+	value_u64(f, st->bytes_to_host_total);
+	fputs("dormant_bytes_copied_total{direction=\"to_device\"}", f);
+	value_u64(f, st->bytes_to_device_total);
+
+	family(f, "dormant_bytes_released_total", "counter", "Device bytes given back by sleeps.");
+	fputs("dormant_bytes_released_total", f);
+	value_u64(f, st->bytes_released_total);
+
+	family(f, "dormant_bytes_zeroed_total", "counter",
+	       "Device bytes of discarded tags zero-filled by wakes.");
+	fputs("dormant_bytes_zeroed_total", f);
+	value_u64(f, st->bytes_zeroed_total);
+
+	family(f, "dormant_last_transition_timestamp_seconds", "gauge",
+	       "Unix time at which the last sleep or wake that ran ended.");
+	for (int k = 0; k < API_KINDS; k++) {
+		if (!last[k]->valid)
+			continue;
+		fprintf(f, "dormant_last_transition_timestamp_seconds{kind=\"%s\"}", kind_names[k]);
+		value_double(f, last[k]->started_unix_s + last[k]->duration_s);
+	}
+	family(f, "dormant_last_transition_success", "gauge",
+	       "1 if the last sleep or wake that ran succeeded, else 0.");
+	for (int k = 0; k < API_KINDS; k++) {
+		if (!last[k]->valid)
+			continue;
+		fprintf(f, "dormant_last_transition_success{kind=\"%s\"} %d\n", kind_names[k],
+			last[k]->result == 0);
+	}
+}
+
+int api_metrics_text(const struct dormant_stats *stats, const struct api_counters *counters,
+		     const char *extra, char **ret_text, size_t *ret_size)
+{
+	char *text = NULL;
+	size_t size = 0;
+	FILE *f;
+	bool failed;
+
+	f = open_memstream(&text, &size);
+	if (!f)
+		return error_set(-ENOMEM, "out of host memory");
+	write_metrics(f, stats, counters);
+	if (extra && *extra) {
+		fputs(extra, f);
+		if (extra[strlen(extra) - 1] != '\n')
+			fputc('\n', f);
+	}
+	failed = ferror(f) != 0;
+	if (fclose(f) != 0 || failed) {
+		free(text);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	*ret_text = text;
+	*ret_size = size;
+	return 0;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every route of the HTTP API, in one table. openapi.yaml describes each of
+ * them; the handlers are in api/handlers.c.
+ */
+#include "routes.h"
+
+#include <string.h>
+
+#include "util.h"
+
+static void sleep_route(struct api_context *ctx, const struct api_request *req,
+			struct api_response *resp)
+{
+	/* also vLLM's POST /sleep?level=1 */
+	api_handle_transition(ctx, API_SLEEP, true, req, resp);
+}
+
+static void wake_route(struct api_context *ctx, const struct api_request *req,
+		       struct api_response *resp)
+{
+	/* /wake, vLLM's /wake_up?tags=, SGLang's /resume_memory_occupation */
+	api_handle_transition(ctx, API_WAKE, false, req, resp);
+}
+
+static void release_route(struct api_context *ctx, const struct api_request *req,
+			  struct api_response *resp)
+{
+	/* SGLang's /release_memory_occupation */
+	api_handle_transition(ctx, API_SLEEP, false, req, resp);
+}
+
+static void openapi_route(struct api_context *ctx, const struct api_request *req,
+			  struct api_response *resp)
+{
+	if (req->param_count > 0) {
+		api_problem(resp, 400, "bad-request", NULL, "GET /openapi.yaml takes no parameter");
+		return;
+	}
+	resp->status = 200;
+	resp->content_type = "application/yaml";
+	resp->body = (char *)dormant_openapi_yaml;
+	resp->body_size = dormant_openapi_yaml_size;
+	resp->body_static = true;
+}
+
+static const struct route routes[] = {
+	{ "/sleep", ROUTE_POST, false, sleep_route },
+	{ "/wake", ROUTE_POST, false, wake_route },
+	{ "/stats", ROUTE_GET, false, api_handle_stats },
+	{ "/healthz", ROUTE_GET, true, api_handle_healthz },
+	{ "/readyz", ROUTE_GET, true, api_handle_readyz },
+	{ "/metrics", ROUTE_GET, true, api_handle_metrics },
+	{ "/openapi.yaml", ROUTE_GET, false, openapi_route },
+	/* vLLM */
+	{ "/wake_up", ROUTE_POST, false, wake_route },
+	{ "/is_sleeping", ROUTE_GET, false, api_handle_is_sleeping },
+	/* SGLang */
+	{ "/release_memory_occupation", ROUTE_POST, false, release_route },
+	{ "/resume_memory_occupation", ROUTE_POST, false, wake_route },
+};
+
+const struct route *route_find(const char *path)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
+		if (strcmp(routes[i].path, path) == 0)
+			return &routes[i];
+	return NULL;
+}
+
+bool route_allows(const struct route *route, const char *method)
+{
+	if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
+		return route->methods & ROUTE_GET;
+	if (strcmp(method, "POST") == 0)
+		return route->methods & ROUTE_POST;
+	return false;
+}
+
+const char *route_allow_header(const struct route *route)
+{
+	return route->methods & ROUTE_GET ? "GET, HEAD" : "POST";
+}

@@ -1,0 +1,701 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The embedded HTTP server: a libmicrohttpd daemon with its own pool of
+ * threads, in front of the handlers of api/.
+ *
+ * Per request, libmicrohttpd calls on_request() several times: first with the
+ * headers (authentication, routing, a Content-Length over the limit are
+ * answered there, before any body is read), then with pieces of the body
+ * (kept up to API_BODY_MAX), then once more to answer. on_completed() writes
+ * the access log line and frees the request.
+ *
+ * Stopping: the listening socket is closed first, new requests on open
+ * connections get 503, requests inside a handler (a sleep or wake) run to
+ * their end and their responses are given a moment to be sent; then the
+ * daemon stops.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "auth.h"
+#include "dormant-server.h"
+#include "routes.h"
+#include "util.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:8787"
+#define DEFAULT_THREADS 4
+#define MAX_THREADS 256
+#define DEFAULT_MAX_CONNECTIONS 64
+#define MAX_CONNECTIONS 65536
+#define DEFAULT_TIMEOUT_S 30
+#define MAX_TIMEOUT_S 86400
+/* How long stop waits for responses already answered to be sent. */
+#define STOP_FLUSH_S 2.0
+/* Longest path kept for the access log. */
+#define LOG_PATH_MAX 160
+
+struct dormant_server {
+	struct dormant *manager;
+	struct MHD_Daemon *daemon;
+	struct api_context api;
+	char *token;
+	bool open_probes;
+	bool quiet;
+	int port;
+	char url[sizeof("http://[]:65535") + NI_MAXHOST + PATH_MAX];
+	char *unix_path;     /* removed at stop if it is still our socket */
+	dev_t unix_dev;
+	ino_t unix_ino;
+	int listen_fd;       /* ours until the daemon runs, and again once quiesced */
+
+	/* messages libmicrohttpd logs while starting; later ones are dropped */
+	atomic_bool starting;
+	char start_error[256];
+
+	pthread_mutex_t lock; /* the fields below */
+	pthread_cond_t idle;
+	unsigned requests_active;  /* between their first call and completion */
+	unsigned handlers_running; /* inside an api handler */
+	bool stopping;
+};
+
+struct request {
+	struct dormant_server *server;
+	double start_s;
+	char method[16];
+	char path[LOG_PATH_MAX];
+	const struct route *route;
+	char *body;
+	size_t body_size;
+	bool too_large;
+	bool answered; /* a response is queued: ignore the rest */
+	int status;
+};
+
+/* ---- responses ----------------------------------------------------------- */
+
+static enum MHD_Result send_response(struct MHD_Connection *connection, struct request *rq,
+				     struct api_response *resp)
+{
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+	char retry[16];
+
+	if (resp->body_static || !resp->body) {
+		response = MHD_create_response_from_buffer(resp->body_size, resp->body,
+							   MHD_RESPMEM_PERSISTENT);
+	} else {
+		response = MHD_create_response_from_buffer(resp->body_size, resp->body,
+							   MHD_RESPMEM_MUST_FREE);
+		if (response)
+			resp->body = NULL; /* the response frees it */
+	}
+	if (!response) {
+		api_response_finish(resp);
+		return MHD_NO;
+	}
+	api_response_finish(resp);
+	if (resp->content_type)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
+	if (resp->allow)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, resp->allow);
+	if (resp->www_authenticate)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+					resp->www_authenticate);
+	if (resp->retry_after_s) {
+		snprintf(retry, sizeof(retry), "%u", resp->retry_after_s);
+		MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+	}
+	ret = MHD_queue_response(connection, (unsigned)resp->status, response);
+	MHD_destroy_response(response);
+	rq->status = resp->status;
+	rq->answered = true;
+	return ret;
+}
+
+/* Answer at once with a problem document. */
+static enum MHD_Result send_problem(struct MHD_Connection *connection, struct request *rq,
+				    int status, const char *slug, const char *detail)
+{
+	struct api_response resp = { 0 };
+
+	api_problem(&resp, status, slug, NULL, "%s", detail);
+	if (status == 401)
+		resp.www_authenticate = rq->server->token &&
+						MHD_lookup_connection_value(connection,
+									    MHD_HEADER_KIND,
+									    MHD_HTTP_HEADER_AUTHORIZATION)
+					? "Bearer realm=\"dormant\", error=\"invalid_token\""
+					: "Bearer realm=\"dormant\"";
+	if (status == 405)
+		resp.allow = route_allow_header(rq->route);
+	return send_response(connection, rq, &resp);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+struct params {
+	struct api_param items[API_PARAMS_MAX];
+	size_t count;
+	bool overflow;
+};
+
+static enum MHD_Result param_collect(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	struct params *params = cls;
+
+	if (params->count == API_PARAMS_MAX) {
+		params->overflow = true;
+		return MHD_NO;
+	}
+	params->items[params->count++] = (struct api_param){ .key = key ? key : "", .value = value };
+	return MHD_YES;
+}
+
+/* Keep a printable copy of the path for the log. */
+static void path_copy(char *dst, size_t size, const char *url)
+{
+	size_t i = 0;
+
+	for (; url[i] && i + 1 < size; i++)
+		dst[i] = (unsigned char)url[i] > 0x20 && (unsigned char)url[i] < 0x7f ? url[i] : '?';
+	dst[i] = '\0';
+}
+
+static void request_counts(struct dormant_server *s, int active, int handlers)
+{
+	pthread_mutex_lock(&s->lock);
+	s->requests_active += (unsigned)active;
+	s->handlers_running += (unsigned)handlers;
+	pthread_cond_broadcast(&s->idle);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The first call: headers are in, no body read yet. */
+static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connection *connection,
+				     const char *url, const char *method, void **con_cls)
+{
+	struct request *rq = calloc(1, sizeof(*rq));
+	const char *length;
+	bool stopping;
+
+	if (!rq)
+		return MHD_NO;
+	rq->server = s;
+	rq->start_s = now_monotonic_s();
+	snprintf(rq->method, sizeof(rq->method), "%s", method);
+	path_copy(rq->path, sizeof(rq->path), url);
+	rq->route = route_find(url);
+	*con_cls = rq;
+	pthread_mutex_lock(&s->lock);
+	s->requests_active++;
+	stopping = s->stopping;
+	pthread_mutex_unlock(&s->lock);
+
+	if (stopping)
+		return send_problem(connection, rq, 503, "not-ready", "the server is stopping");
+	/* Unknown paths need the token too: they reveal nothing to strangers. */
+	if (s->token && !(rq->route && rq->route->probe && s->open_probes) &&
+	    !auth_check(s->token, MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+							      MHD_HTTP_HEADER_AUTHORIZATION)))
+		return send_problem(connection, rq, 401, "unauthorized",
+				    "this server needs an Authorization: Bearer token");
+	if (!rq->route)
+		return send_problem(connection, rq, 404, "not-found", "no such path");
+	if (!route_allows(rq->route, method))
+		return send_problem(connection, rq, 405, "method-not-allowed",
+				    route_allow_header(rq->route));
+	length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+					     MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (length) {
+		char *end;
+		unsigned long long value;
+
+		errno = 0;
+		value = strtoull(length, &end, 10);
+		if (errno || end == length || value > API_BODY_MAX)
+			return send_problem(connection, rq, 413, "payload-too-large",
+					    "the body is larger than 65536 bytes");
+	}
+	return MHD_YES;
+}
+
+/* A piece of the body: keep it while it fits. */
+static void request_body(struct request *rq, const char *data, size_t size)
+{
+	char *grown;
+
+	if (rq->too_large)
+		return;
+	if (size > API_BODY_MAX - rq->body_size) {
+		rq->too_large = true;
+		free(rq->body);
+		rq->body = NULL;
+		rq->body_size = 0;
+		return;
+	}
+	grown = realloc(rq->body, rq->body_size + size);
+	if (!grown) {
+		/* answered as too large: the server cannot hold it */
+		rq->too_large = true;
+		free(rq->body);
+		rq->body = NULL;
+		rq->body_size = 0;
+		return;
+	}
+	memcpy(grown + rq->body_size, data, size);
+	rq->body = grown;
+	rq->body_size += size;
+}
+
+/* The last call: the whole body is in. */
+static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Connection *connection,
+				      struct request *rq, const char *method)
+{
+	struct api_response resp = { 0 };
+	struct api_request req = { 0 };
+	struct params *params;
+	bool stopping;
+
+	if (rq->too_large)
+		return send_problem(connection, rq, 413, "payload-too-large",
+				    "the body is larger than 65536 bytes");
+	params = calloc(1, sizeof(*params));
+	if (!params)
+		return MHD_NO;
+	MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, param_collect, params);
+	if (params->overflow) {
+		free(params);
+		return send_problem(connection, rq, 400, "bad-request",
+				    "too many query parameters");
+	}
+	req.method = strcmp(method, "HEAD") == 0 ? "GET" : method;
+	req.params = params->items;
+	req.param_count = params->count;
+	req.content_type = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+						       MHD_HTTP_HEADER_CONTENT_TYPE);
+	req.body = rq->body;
+	req.body_size = rq->body_size;
+
+	/* Once stop has begun no handler starts: stop waits for the running
+	 * ones only. */
+	pthread_mutex_lock(&s->lock);
+	stopping = s->stopping;
+	if (!stopping)
+		s->handlers_running++;
+	pthread_mutex_unlock(&s->lock);
+	if (stopping) {
+		free(params);
+		return send_problem(connection, rq, 503, "not-ready", "the server is stopping");
+	}
+	rq->route->handle(&s->api, &req, &resp);
+	request_counts(s, 0, -1);
+	free(params);
+	return send_response(connection, rq, &resp);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url,
+				  const char *method, const char *version,
+				  const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	struct dormant_server *s = cls;
+	struct request *rq = *con_cls;
+
+	if (!rq)
+		return request_begin(s, connection, url, method, con_cls);
+	if (*upload_data_size) {
+		if (!rq->answered)
+			request_body(rq, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (rq->answered)
+		return MHD_YES;
+	return request_answer(s, connection, rq, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct dormant_server *s = cls;
+	struct request *rq = *con_cls;
+
+	if (!rq)
+		return;
+	*con_cls = NULL;
+	if (!s->quiet) {
+		/* one fprintf: stdio locks the stream, so lines never mix */
+		fprintf(stderr, "dormant: %s %s %d %.3f ms%s\n", rq->method, rq->path,
+			rq->status ? rq->status : 0, (now_monotonic_s() - rq->start_s) * 1e3,
+			toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
+	}
+	free(rq->body);
+	free(rq);
+	request_counts(s, -1, 0);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct dormant_server *s = cls;
+
+	/* Only messages from starting are kept, for the error message;
+	 * afterwards libmicrohttpd's complaints about clients are dropped (the
+	 * library never prints). */
+	if (!atomic_load(&s->starting))
+		return;
+	vsnprintf(s->start_error, sizeof(s->start_error), fmt, ap);
+	s->start_error[strcspn(s->start_error, "\n")] = '\0';
+}
+
+/* ---- listening ----------------------------------------------------------- */
+
+/* Split "host:port" or "[v6]:port". */
+static int listen_parse(const char *listen, char *host, size_t host_size, char *port,
+			size_t port_size)
+{
+	const char *colon, *host_start = listen, *host_end;
+	char *end;
+	unsigned long value;
+
+	if (listen[0] == '[') {
+		host_start = listen + 1;
+		host_end = strchr(host_start, ']');
+		if (!host_end || host_end[1] != ':')
+			return error_set(-EINVAL, "listen address '%.64s' is not [IPv6]:PORT",
+					 listen);
+		colon = host_end + 1;
+	} else {
+		colon = strrchr(listen, ':');
+		if (!colon || memchr(listen, ':', (size_t)(colon - listen)))
+			return error_set(-EINVAL,
+					 "listen address '%.64s' is not HOST:PORT (IPv6 as [::1]:PORT)",
+					 listen);
+		host_end = colon;
+	}
+	if (host_end == host_start || (size_t)(host_end - host_start) >= host_size)
+		return error_set(-EINVAL, "listen address '%.64s' has no host or too long a one",
+				 listen);
+	errno = 0;
+	value = strtoul(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || value > 65535 || colon[1] == '-' ||
+	    colon[1] == '+' || strlen(colon + 1) >= port_size)
+		return error_set(-EINVAL, "listen address '%.64s' has no port from 0 to 65535",
+				 listen);
+	memcpy(host, host_start, (size_t)(host_end - host_start));
+	host[host_end - host_start] = '\0';
+	snprintf(port, port_size, "%lu", value);
+	return 0;
+}
+
+static int socket_errno(int err, const char *what, const char *where)
+{
+	int r = err == EADDRINUSE || err == EACCES || err == ENOMEM ? -err : -EIO;
+
+	if (err == EADDRNOTAVAIL || err == EAFNOSUPPORT)
+		r = -EINVAL;
+	return error_set(r, "%s %s: %s", what, where, strerror(err));
+}
+
+static int listen_tcp(struct dormant_server *s, const char *listen_addr)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_socktype = SOCK_STREAM };
+	struct sockaddr_storage bound;
+	socklen_t bound_len = sizeof(bound);
+	char host[NI_MAXHOST], port[8];
+	struct addrinfo *ai;
+	int fd, r, one = 1;
+
+	r = listen_parse(listen_addr, host, sizeof(host), port, sizeof(port));
+	if (r < 0)
+		return r;
+	r = getaddrinfo(host, port, &hints, &ai);
+	if (r != 0)
+		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(r));
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		r = socket_errno(errno, "creating a socket for", listen_addr);
+		goto out;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		r = socket_errno(errno, "binding", listen_addr);
+		goto err_close;
+	}
+	if (listen(fd, SOMAXCONN) < 0) {
+		r = socket_errno(errno, "listening on", listen_addr);
+		goto err_close;
+	}
+	if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0) {
+		r = socket_errno(errno, "reading the address of", listen_addr);
+		goto err_close;
+	}
+	s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+						    : ((struct sockaddr_in *)&bound)->sin_port);
+	snprintf(s->url, sizeof(s->url), "http://%s%s%s:%d", ai->ai_family == AF_INET6 ? "[" : "",
+		 host, ai->ai_family == AF_INET6 ? "]" : "", s->port);
+	s->listen_fd = fd;
+	r = 0;
+	goto out;
+
+err_close:
+	close(fd);
+out:
+	freeaddrinfo(ai);
+	return r;
+}
+
+/* Whether something accepts connections on the Unix socket at addr. */
+static bool unix_socket_alive(const struct sockaddr_un *addr)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool alive;
+
+	if (fd < 0)
+		return true; /* cannot tell: do not remove it */
+	alive = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0 ||
+		errno != ECONNREFUSED;
+	close(fd);
+	return alive;
+}
+
+static int listen_unix(struct dormant_server *s, const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct stat st;
+	mode_t old_umask;
+	int fd, r;
+
+	if (!*path || strlen(path) >= sizeof(addr.sun_path))
+		return error_set(-EINVAL, "unix socket path must be 1 to %zu bytes",
+				 sizeof(addr.sun_path) - 1);
+	memcpy(addr.sun_path, path, strlen(path));
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return error_set(-EADDRINUSE, "%s exists and is not a socket", path);
+		if (unix_socket_alive(&addr))
+			return error_set(-EADDRINUSE, "%s: another server listens there", path);
+		unlink(path); /* stale: its server is gone */
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return socket_errno(errno, "creating a socket for", path);
+	/* only the owner may connect: created so, never briefly wider */
+	old_umask = umask(0177);
+	r = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+	umask(old_umask);
+	if (r < 0) {
+		r = socket_errno(errno, "binding", path);
+		close(fd);
+		return r;
+	}
+	if (listen(fd, SOMAXCONN) < 0 || stat(path, &st) < 0) {
+		r = socket_errno(errno, "listening on", path);
+		unlink(path);
+		close(fd);
+		return r;
+	}
+	s->unix_path = strdup(path);
+	if (!s->unix_path) {
+		unlink(path);
+		close(fd);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	s->unix_dev = st.st_dev;
+	s->unix_ino = st.st_ino;
+	s->port = 0;
+	snprintf(s->url, sizeof(s->url), "unix:%s", path);
+	s->listen_fd = fd;
+	return 0;
+}
+
+/* Remove our socket file, unless another one took its place. */
+static void unix_path_remove(struct dormant_server *s)
+{
+	struct stat st;
+
+	if (!s->unix_path)
+		return;
+	if (lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev && st.st_ino == s->unix_ino)
+		unlink(s->unix_path);
+	free(s->unix_path);
+	s->unix_path = NULL;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+static int options_check(const struct dormant_server_options *o, unsigned *threads,
+			 unsigned *connections, unsigned *timeout_s)
+{
+	*threads = o->threads ? o->threads : DEFAULT_THREADS;
+	*connections = o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS;
+	*timeout_s = o->connection_timeout_s ? o->connection_timeout_s : DEFAULT_TIMEOUT_S;
+	if (*threads > MAX_THREADS)
+		return error_set(-EINVAL, "threads must be at most %d", MAX_THREADS);
+	if (*connections > MAX_CONNECTIONS)
+		return error_set(-EINVAL, "max_connections must be at most %d", MAX_CONNECTIONS);
+	/* libmicrohttpd shares the limit out among its threads */
+	if (*connections < *threads)
+		return error_set(-EINVAL, "max_connections (%u) must be at least threads (%u)",
+				 *connections, *threads);
+	if (*timeout_s > MAX_TIMEOUT_S)
+		return error_set(-EINVAL, "connection_timeout_s must be at most %d", MAX_TIMEOUT_S);
+	if (o->listen && o->unix_path)
+		return error_set(-EINVAL, "give listen or unix_path, not both");
+	return 0;
+}
+
+static void server_free(struct dormant_server *s)
+{
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
+	unix_path_remove(s);
+	if (s->token) {
+		explicit_bzero(s->token, strlen(s->token));
+		free(s->token);
+	}
+	pthread_cond_destroy(&s->idle);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_server_options *opts,
+					struct dormant_server **ret)
+{
+	static const struct dormant_server_options defaults = { 0 };
+	unsigned threads, connections, timeout_s;
+	struct stat st, listen_st;
+	struct dormant_server *s;
+	pthread_condattr_t attr;
+	int r;
+
+	if (!m || !ret)
+		return error_set(-EINVAL, "manager or ret is NULL");
+	if (!opts)
+		opts = &defaults;
+	r = options_check(opts, &threads, &connections, &timeout_s);
+	if (r < 0)
+		return r;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return error_set(-ENOMEM, "out of host memory");
+	s->manager = m;
+	s->listen_fd = -1;
+	s->open_probes = opts->open_probes;
+	s->quiet = opts->quiet;
+	s->api.manager = m;
+	s->api.stats_extra = opts->stats_extra;
+	s->api.stats_extra_userdata = opts->stats_extra_userdata;
+	s->api.metrics_extra = opts->metrics_extra;
+	s->api.metrics_extra_userdata = opts->metrics_extra_userdata;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->idle, &attr);
+	pthread_condattr_destroy(&attr);
+
+	r = auth_token_load(opts, &s->token);
+	if (r < 0)
+		goto err;
+	if (opts->unix_path)
+		r = listen_unix(s, opts->unix_path);
+	else
+		r = listen_tcp(s, opts->listen ? opts->listen : DEFAULT_LISTEN);
+	if (r < 0)
+		goto err;
+
+	if (fstat(s->listen_fd, &listen_st) < 0) {
+		r = socket_errno(errno, "checking the socket of", s->url);
+		goto err;
+	}
+	atomic_store(&s->starting, true);
+	s->daemon = MHD_start_daemon(
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+		0, NULL, NULL, on_request, s,
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
+		MHD_OPTION_THREAD_POOL_SIZE, threads,
+		MHD_OPTION_CONNECTION_LIMIT, connections,
+		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+		MHD_OPTION_END);
+	atomic_store(&s->starting, false);
+	if (!s->daemon) {
+		r = error_set(-EIO, "starting the HTTP daemon on %s failed%s%s", s->url,
+			      s->start_error[0] ? ": " : "", s->start_error);
+		/* Whether libmicrohttpd closed the socket depends on where it
+		 * failed: close it only if the number is still that socket. */
+		if (fstat(s->listen_fd, &st) < 0 || st.st_dev != listen_st.st_dev ||
+		    st.st_ino != listen_st.st_ino)
+			s->listen_fd = -1;
+		goto err;
+	}
+	s->listen_fd = -1; /* the daemon's now */
+	*ret = s;
+	return 0;
+
+err:
+	server_free(s);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s)
+{
+	return s ? s->port : 0;
+}
+
+DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s)
+{
+	return s ? s->url : "";
+}
+
+DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
+{
+	struct timespec deadline;
+	MHD_socket fd;
+
+	if (!s)
+		return;
+	/* No new connections. The socket comes back to us and is closed after
+	 * the daemon stops, as libmicrohttpd asks; if it cannot be had back,
+	 * the daemon closes it. */
+	fd = MHD_quiesce_daemon(s->daemon);
+	if (fd != MHD_INVALID_SOCKET)
+		s->listen_fd = fd;
+	unix_path_remove(s);
+
+	pthread_mutex_lock(&s->lock);
+	s->stopping = true;
+	/* A sleep or wake in flight runs to its end, however long. */
+	while (s->handlers_running > 0)
+		pthread_cond_wait(&s->idle, &s->lock);
+	/* Answered requests get a moment to be sent. */
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += (time_t)STOP_FLUSH_S;
+	while (s->requests_active > 0 &&
+	       pthread_cond_timedwait(&s->idle, &s->lock, &deadline) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&s->lock);
+
+	MHD_stop_daemon(s->daemon);
+	server_free(s);
+}

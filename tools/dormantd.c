@@ -1,0 +1,735 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dormantd: the demo and debugging daemon. A manager, the HTTP control plane
+ * and a simulated trainer: tag "weights" (kept) filled with a pattern it can
+ * check, tag "grads" (discarded) that its steps dirty; after every wake the
+ * trainer verifies that the weights came back intact and the gradients came
+ * back zero, and /stats ("extra") and /metrics count the verifications.
+ *
+ *   dormantd --listen 127.0.0.1:8787 --backend auto --keep 1GiB --discard 1GiB
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dormant-server.h"
+#include "dormant.h"
+
+#define BLOCK_BYTES ((size_t)4 << 20)   /* fill and verify in pieces of this */
+#define STEP_DIRTY_BYTES ((size_t)4096) /* what a step writes into the grads */
+#define STEP_ENTER_TIMEOUT_MS 200       /* how often a waiting trainer looks at stop */
+#define STEP_COMPUTE_NS 5000000L        /* a step's simulated work */
+#define STEP_PAUSE_NS 5000000L          /* between steps: room for a sleep */
+#define PATTERN_SEED UINT64_C(0x9e3779b97f4a7c15)
+#define MAX_THREADS 256
+#define MAX_FAIL_WAKES 1000000
+
+struct config {
+	const char *listen;
+	const char *unix_path;
+	const char *backend;
+	size_t keep_bytes;
+	size_t discard_bytes;
+	enum dormant_host_mode host_mode;
+	const char *token;
+	const char *token_file;
+	bool open_probes;
+	unsigned threads;
+	bool quiet;
+	unsigned fail_wakes;
+	const char *port_file;
+};
+
+struct demo {
+	struct config config;
+	struct dormant *m;
+	void *weights;
+	void *grads;
+	unsigned char *scratch;   /* trainer only */
+	unsigned char *expected;  /* trainer only */
+	struct dormant_stats *stats; /* trainer only */
+	uint64_t weights_wakes_seen, grads_wakes_seen; /* trainer only */
+
+	pthread_t trainer;
+	atomic_bool stop;
+	_Atomic uint64_t steps;
+	_Atomic uint64_t verifications;
+	_Atomic uint64_t mismatches;
+	_Atomic uint64_t errors;
+	_Atomic unsigned fail_wakes_left;
+
+	pthread_mutex_t lock; /* last_check */
+	char last_check[192];
+};
+
+/* ---- messages ------------------------------------------------------------ */
+
+static void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warn(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "dormantd: %s\n", line);
+}
+
+static void on_log(enum dormant_log_level level, const char *message, void *userdata)
+{
+	static const char *const names[] = { "error", "warning", "info", "debug" };
+	const struct config *config = userdata;
+
+	if (level >= DORMANT_LOG_INFO && config->quiet)
+		return;
+	if (level > DORMANT_LOG_INFO)
+		return;
+	fprintf(stderr, "dormantd: %s: %s\n", names[level], message);
+}
+
+static void usage(FILE *f)
+{
+	fputs("Usage: dormantd [OPTION]...\n"
+	      "Run a dormant manager with a simulated trainer behind the HTTP control plane.\n"
+	      "\n"
+	      "  --listen HOST:PORT    listen on TCP (default 127.0.0.1:8787; port 0: a free\n"
+	      "                        port, printed)\n"
+	      "  --unix PATH           listen on a Unix socket instead\n"
+	      "  --backend NAME        auto (default), cuda or host\n"
+	      "  --keep SIZE           bytes of tag 'weights' (kept on sleep; default 64MiB)\n"
+	      "  --discard SIZE        bytes of tag 'grads' (discarded on sleep; default 64MiB)\n"
+	      "  --host-mode MODE      retain or release (default: $DORMANT_HOST_MODE, else\n"
+	      "                        release)\n"
+	      "  --token TOKEN         require Authorization: Bearer TOKEN\n"
+	      "  --token-file FILE     read the token from FILE\n"
+	      "  --open-probes         leave /healthz, /readyz and /metrics open\n"
+	      "  --threads N           HTTP worker threads (default 4)\n"
+	      "  --quiet               no access log, no info messages\n"
+	      "  --fail-wakes N        the next N wakes fail as if the GPU memory were taken\n"
+	      "                        (503)\n"
+	      "  --port-file FILE      write the bound port to FILE once listening\n"
+	      "  --help                show this and exit\n"
+	      "\n"
+	      "SIZE is a number with an optional suffix: K, M, G, T (powers of 1024, also\n"
+	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n",
+	      f);
+}
+
+/* ---- flags --------------------------------------------------------------- */
+
+static int parse_size(const char *text, size_t *ret)
+{
+	static const struct {
+		const char *suffix;
+		uint64_t factor;
+	} units[] = {
+		{ "", 1 },
+		{ "B", 1 },
+		{ "K", UINT64_C(1) << 10 },
+		{ "KiB", UINT64_C(1) << 10 },
+		{ "KB", 1000 },
+		{ "M", UINT64_C(1) << 20 },
+		{ "MiB", UINT64_C(1) << 20 },
+		{ "MB", 1000000 },
+		{ "G", UINT64_C(1) << 30 },
+		{ "GiB", UINT64_C(1) << 30 },
+		{ "GB", 1000000000 },
+		{ "T", UINT64_C(1) << 40 },
+		{ "TiB", UINT64_C(1) << 40 },
+		{ "TB", 1000000000000 },
+	};
+	unsigned long long value;
+	char *end;
+
+	if (text[0] < '0' || text[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	value = strtoull(text, &end, 10);
+	if (errno)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].suffix) != 0)
+			continue;
+		if (value > SIZE_MAX / units[i].factor)
+			return -EINVAL;
+		*ret = (size_t)(value * units[i].factor);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int parse_unsigned(const char *text, unsigned max, unsigned *ret)
+{
+	unsigned long value;
+	char *end;
+
+	if (text[0] < '0' || text[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || *end || value > max)
+		return -EINVAL;
+	*ret = (unsigned)value;
+	return 0;
+}
+
+/* Returns 0, 1 for --help, or -EINVAL after printing why. */
+static int parse_flags(int argc, char **argv, struct config *c)
+{
+	enum {
+		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
+		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
+		OPT_PORT_FILE, OPT_HELP,
+	};
+	static const struct option options[] = {
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "unix", required_argument, NULL, OPT_UNIX },
+		{ "backend", required_argument, NULL, OPT_BACKEND },
+		{ "keep", required_argument, NULL, OPT_KEEP },
+		{ "discard", required_argument, NULL, OPT_DISCARD },
+		{ "host-mode", required_argument, NULL, OPT_HOST_MODE },
+		{ "token", required_argument, NULL, OPT_TOKEN },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "open-probes", no_argument, NULL, OPT_OPEN_PROBES },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "quiet", no_argument, NULL, OPT_QUIET },
+		{ "fail-wakes", required_argument, NULL, OPT_FAIL_WAKES },
+		{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ 0 },
+	};
+	int opt;
+
+	*c = (struct config){
+		.backend = "auto",
+		.keep_bytes = (size_t)64 << 20,
+		.discard_bytes = (size_t)64 << 20,
+		.threads = 4,
+	};
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_LISTEN:
+			c->listen = optarg;
+			break;
+		case OPT_UNIX:
+			c->unix_path = optarg;
+			break;
+		case OPT_BACKEND:
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "cuda") != 0 &&
+			    strcmp(optarg, "host") != 0) {
+				warn("--backend must be auto, cuda or host, not '%s'", optarg);
+				return -EINVAL;
+			}
+			c->backend = optarg;
+			break;
+		case OPT_KEEP:
+		case OPT_DISCARD:
+			if (parse_size(optarg, opt == OPT_KEEP ? &c->keep_bytes : &c->discard_bytes) <
+			    0) {
+				warn("--%s: '%s' is not a size (like 512MiB or 1G)",
+				     opt == OPT_KEEP ? "keep" : "discard", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_HOST_MODE:
+			if (strcmp(optarg, "retain") == 0) {
+				c->host_mode = DORMANT_HOST_RETAIN;
+			} else if (strcmp(optarg, "release") == 0) {
+				c->host_mode = DORMANT_HOST_RELEASE;
+			} else {
+				warn("--host-mode must be retain or release, not '%s'", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_TOKEN:
+			c->token = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			c->token_file = optarg;
+			break;
+		case OPT_OPEN_PROBES:
+			c->open_probes = true;
+			break;
+		case OPT_THREADS:
+			if (parse_unsigned(optarg, MAX_THREADS, &c->threads) < 0 || c->threads == 0) {
+				warn("--threads must be from 1 to %d, not '%s'", MAX_THREADS, optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_QUIET:
+			c->quiet = true;
+			break;
+		case OPT_FAIL_WAKES:
+			if (parse_unsigned(optarg, MAX_FAIL_WAKES, &c->fail_wakes) < 0) {
+				warn("--fail-wakes must be from 0 to %d, not '%s'", MAX_FAIL_WAKES,
+				     optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_PORT_FILE:
+			c->port_file = optarg;
+			break;
+		case OPT_HELP:
+			return 1;
+		default:
+			if (optopt)
+				warn("option --%s needs a value", options[optopt - OPT_LISTEN].name);
+			else
+				warn("unknown option '%s'", argv[optind - 1]);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		warn("unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	if (c->listen && c->unix_path) {
+		warn("give --listen or --unix, not both");
+		return -EINVAL;
+	}
+	if (c->token && c->token_file) {
+		warn("give --token or --token-file, not both");
+		return -EINVAL;
+	}
+	if (c->port_file && c->unix_path) {
+		warn("--port-file needs --listen (a Unix socket has no port)");
+		return -EINVAL;
+	}
+	if (!c->listen && !c->unix_path)
+		c->listen = "127.0.0.1:8787";
+	return 0;
+}
+
+/* ---- the pattern --------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+	x += PATTERN_SEED;
+	x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return x ^ (x >> 31);
+}
+
+/* The expected weights bytes [offset, offset + size); offset is a multiple
+ * of 8. */
+static void pattern(unsigned char *dst, size_t offset, size_t size)
+{
+	for (size_t i = 0; i < size; i += 8) {
+		uint64_t word = splitmix64((offset + i) / 8);
+
+		memcpy(dst + i, &word, size - i < 8 ? size - i : 8);
+	}
+}
+
+static int weights_fill(struct demo *d)
+{
+	for (size_t off = 0; off < d->config.keep_bytes; off += BLOCK_BYTES) {
+		size_t size = d->config.keep_bytes - off < BLOCK_BYTES ? d->config.keep_bytes - off
+								       : BLOCK_BYTES;
+		int r;
+
+		pattern(d->expected, off, size);
+		r = dormant_copy_to_device(d->m, (char *)d->weights + off, d->expected, size);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static void check_record(struct demo *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check_record(struct demo *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&d->lock);
+	va_start(ap, fmt);
+	vsnprintf(d->last_check, sizeof(d->last_check), fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Compare a tag's device bytes with the pattern (weights) or zero (grads).
+ * Returns 0 when they match, 1 on a mismatch, or a negative errno. */
+static int verify(struct demo *d, bool weights, size_t *ret_offset)
+{
+	void *base = weights ? d->weights : d->grads;
+	size_t total = weights ? d->config.keep_bytes : d->config.discard_bytes;
+
+	for (size_t off = 0; off < total; off += BLOCK_BYTES) {
+		size_t size = total - off < BLOCK_BYTES ? total - off : BLOCK_BYTES;
+		int r = dormant_copy_to_host(d->m, d->scratch, (char *)base + off, size);
+
+		if (r < 0)
+			return r;
+		if (weights)
+			pattern(d->expected, off, size);
+		else
+			memset(d->expected, 0, size);
+		if (memcmp(d->scratch, d->expected, size) == 0)
+			continue;
+		for (size_t i = 0; i < size; i++) {
+			if (d->scratch[i] != d->expected[i]) {
+				*ret_offset = off + i;
+				break;
+			}
+		}
+		return 1;
+	}
+	return 0;
+}
+
+static void verify_tag(struct demo *d, bool weights)
+{
+	const char *tag = weights ? "weights" : "grads";
+	size_t offset = 0;
+	int r = verify(d, weights, &offset);
+
+	if (r < 0) {
+		atomic_fetch_add(&d->errors, 1);
+		check_record(d, "%s: could not read: %s", tag, dormant_last_error());
+		warn("verifying %s: %s", tag, dormant_last_error());
+		return;
+	}
+	atomic_fetch_add(&d->verifications, 1);
+	if (r == 0) {
+		check_record(d, "%s: ok", tag);
+		return;
+	}
+	atomic_fetch_add(&d->mismatches, 1);
+	check_record(d, "%s: mismatch at byte %zu", tag, offset);
+	warn("verification failed: %s differ at byte %zu after a wake", tag, offset);
+}
+
+/* ---- the trainer --------------------------------------------------------- */
+
+static uint64_t tag_wakes(const struct dormant_stats *st, const char *tag)
+{
+	for (size_t i = 0; i < st->tag_count; i++)
+		if (strcmp(st->tags[i].tag, tag) == 0)
+			return st->tags[i].wakes;
+	return 0;
+}
+
+static void pause_ns(long ns)
+{
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = ns };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* One step, inside the guard: every tag is awake and no sleep can start. */
+static void step(struct demo *d)
+{
+	uint64_t n = atomic_load(&d->steps);
+
+	if (dormant_stats_get(d->m, d->stats) == 0) {
+		uint64_t w = tag_wakes(d->stats, "weights"), g = tag_wakes(d->stats, "grads");
+
+		if (d->weights && w != d->weights_wakes_seen)
+			verify_tag(d, true);
+		if (d->grads && g != d->grads_wakes_seen)
+			verify_tag(d, false);
+		d->weights_wakes_seen = w;
+		d->grads_wakes_seen = g;
+	}
+	/* "backward": dirty a piece of the gradients, which the next sleep
+	 * discards and the wake after it must give back as zeros */
+	if (d->grads) {
+		size_t size = d->config.discard_bytes < STEP_DIRTY_BYTES ? d->config.discard_bytes
+									  : STEP_DIRTY_BYTES;
+		size_t slots = d->config.discard_bytes / size;
+		size_t off = (size_t)(n % slots) * size;
+
+		memset(d->scratch, 0xab, size);
+		if (dormant_copy_to_device(d->m, (char *)d->grads + off, d->scratch, size) < 0) {
+			atomic_fetch_add(&d->errors, 1);
+			warn("step %" PRIu64 ": writing gradients: %s", n, dormant_last_error());
+		}
+	}
+	pause_ns(STEP_COMPUTE_NS);
+	atomic_fetch_add(&d->steps, 1);
+}
+
+static void *trainer_main(void *arg)
+{
+	struct demo *d = arg;
+
+	while (!atomic_load(&d->stop)) {
+		int r = dormant_step_enter(d->m, STEP_ENTER_TIMEOUT_MS);
+
+		if (r == -ETIMEDOUT)
+			continue; /* asleep: look at stop, wait again */
+		if (r < 0) {
+			warn("entering a step: %s", dormant_last_error());
+			break;
+		}
+		step(d);
+		dormant_step_leave(d->m);
+		pause_ns(STEP_PAUSE_NS);
+	}
+	return NULL;
+}
+
+/* ---- what the server shows ----------------------------------------------- */
+
+static int stats_extra(void *userdata, char *buf, size_t size)
+{
+	struct demo *d = userdata;
+	char last[sizeof(d->last_check)];
+	int n;
+
+	pthread_mutex_lock(&d->lock);
+	memcpy(last, d->last_check, sizeof(last));
+	pthread_mutex_unlock(&d->lock);
+	/* last holds only text this file wrote (no quote, no backslash) */
+	n = snprintf(buf, size,
+		     "{\"steps\": %" PRIu64 ", \"verifications\": %" PRIu64
+		     ", \"mismatches\": %" PRIu64 ", \"errors\": %" PRIu64
+		     ", \"weights_bytes\": %zu, \"grads_bytes\": %zu, \"fail_wakes_left\": %u"
+		     ", \"last_verification\": \"%s\"}",
+		     atomic_load(&d->steps), atomic_load(&d->verifications),
+		     atomic_load(&d->mismatches), atomic_load(&d->errors), d->config.keep_bytes,
+		     d->config.discard_bytes, atomic_load(&d->fail_wakes_left), last);
+	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
+}
+
+static int metrics_extra(void *userdata, char *buf, size_t size)
+{
+	struct demo *d = userdata;
+	int n = snprintf(
+		buf, size,
+		"# HELP dormant_demo_verifications_total Checks of a tag's bytes after a wake.\n"
+		"# TYPE dormant_demo_verifications_total counter\n"
+		"dormant_demo_verifications_total %" PRIu64 "\n"
+		"# HELP dormant_demo_mismatches_total Checks that found bytes changed by a sleep "
+		"and wake.\n"
+		"# TYPE dormant_demo_mismatches_total counter\n"
+		"dormant_demo_mismatches_total %" PRIu64 "\n"
+		"# HELP dormant_demo_steps_total Simulated training steps run.\n"
+		"# TYPE dormant_demo_steps_total counter\n"
+		"dormant_demo_steps_total %" PRIu64 "\n",
+		atomic_load(&d->verifications), atomic_load(&d->mismatches), atomic_load(&d->steps));
+
+	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
+}
+
+/* --fail-wakes: make this wake's first device memory creation fail as if a
+ * rollout engine held the memory. */
+static int before_wake(struct dormant *m, enum dormant_hook_point point, void *userdata)
+{
+	struct demo *d = userdata;
+	unsigned left = atomic_load(&d->fail_wakes_left);
+
+	while (left > 0 && !atomic_compare_exchange_weak(&d->fail_wakes_left, &left, left - 1))
+		;
+	if (left > 0)
+		dormant_debug_inject_fault(m, DORMANT_FAULT_CREATE, 1, -ENOMEM, false);
+	return 0;
+}
+
+/* A wake that created no memory (no allocation asleep) left the fault armed:
+ * disarm it so that it cannot hit something else. */
+static int after_wake(struct dormant *m, enum dormant_hook_point point, void *userdata)
+{
+	dormant_debug_inject_fault(m, DORMANT_FAULT_CREATE, 0, 0, false);
+	return 0;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static int write_port_file(const char *path, int port)
+{
+	char tmp[4096];
+	FILE *f;
+	int r;
+
+	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (r < 0 || (size_t)r >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	/* written whole under another name, then renamed: a reader never sees
+	 * half a number */
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%d\n", port);
+	if (fclose(f) != 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	if (rename(tmp, path) < 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
+static int demo_setup(struct demo *d)
+{
+	struct dormant_options options = {
+		.backend = d->config.backend,
+		.host_mode = d->config.host_mode,
+		.log_fn = on_log,
+		.log_userdata = &d->config,
+	};
+	int r;
+
+	r = dormant_new(&options, &d->m);
+	if (r < 0) {
+		warn("starting the manager: %s", dormant_last_error());
+		return r;
+	}
+	d->scratch = malloc(BLOCK_BYTES);
+	d->expected = malloc(BLOCK_BYTES);
+	d->stats = malloc(sizeof(*d->stats));
+	if (!d->scratch || !d->expected || !d->stats) {
+		warn("out of memory");
+		return -ENOMEM;
+	}
+	if ((r = dormant_set_policy(d->m, "weights", DORMANT_KEEP)) < 0 ||
+	    (r = dormant_set_policy(d->m, "grads", DORMANT_DISCARD)) < 0) {
+		warn("setting policies: %s", dormant_last_error());
+		return r;
+	}
+	if (d->config.keep_bytes &&
+	    (r = dormant_alloc(d->m, "weights", d->config.keep_bytes, &d->weights)) < 0) {
+		warn("allocating %zu bytes of weights: %s", d->config.keep_bytes,
+		     dormant_last_error());
+		return r;
+	}
+	if (d->config.discard_bytes &&
+	    (r = dormant_alloc(d->m, "grads", d->config.discard_bytes, &d->grads)) < 0) {
+		warn("allocating %zu bytes of gradients: %s", d->config.discard_bytes,
+		     dormant_last_error());
+		return r;
+	}
+	if (d->weights && (r = weights_fill(d)) < 0) {
+		warn("filling the weights: %s", dormant_last_error());
+		return r;
+	}
+	check_record(d, "none yet");
+	atomic_store(&d->fail_wakes_left, d->config.fail_wakes);
+	if ((r = dormant_hook_add(d->m, DORMANT_HOOK_BEFORE_WAKE, before_wake, d)) < 0 ||
+	    (r = dormant_hook_add(d->m, DORMANT_HOOK_AFTER_WAKE, after_wake, d)) < 0) {
+		warn("adding hooks: %s", dormant_last_error());
+		return r;
+	}
+	return 0;
+}
+
+static void demo_finish(struct demo *d)
+{
+	if (d->m) {
+		dormant_free(d->m, d->weights);
+		dormant_free(d->m, d->grads);
+		dormant_destroy(d->m);
+	}
+	free(d->scratch);
+	free(d->expected);
+	free(d->stats);
+	pthread_mutex_destroy(&d->lock);
+}
+
+int main(int argc, char **argv)
+{
+	struct dormant_server_options server_options = { 0 };
+	struct dormant_server *server = NULL;
+	struct demo d = { 0 };
+	bool trainer_started = false;
+	sigset_t signals;
+	int r, sig, status = EXIT_FAILURE;
+
+	r = parse_flags(argc, argv, &d.config);
+	if (r > 0) {
+		usage(stdout);
+		return EXIT_SUCCESS;
+	}
+	if (r < 0) {
+		usage(stderr);
+		return 2;
+	}
+	pthread_mutex_init(&d.lock, NULL);
+
+	/* Every thread inherits the mask: SIGINT and SIGTERM arrive only
+	 * through sigwait() below, and nothing runs in a signal handler. */
+	sigemptyset(&signals);
+	sigaddset(&signals, SIGINT);
+	sigaddset(&signals, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &signals, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (demo_setup(&d) < 0)
+		goto out;
+	r = pthread_create(&d.trainer, NULL, trainer_main, &d);
+	if (r != 0) {
+		warn("starting the trainer thread: %s", strerror(r));
+		goto out;
+	}
+	trainer_started = true;
+
+	server_options.listen = d.config.listen;
+	server_options.unix_path = d.config.unix_path;
+	if (d.config.unix_path)
+		server_options.listen = NULL;
+	server_options.token = d.config.token;
+	server_options.token_file = d.config.token_file;
+	server_options.open_probes = d.config.open_probes;
+	server_options.threads = d.config.threads;
+	server_options.max_connections = d.config.threads > 64 ? d.config.threads : 64;
+	server_options.quiet = d.config.quiet;
+	server_options.stats_extra = stats_extra;
+	server_options.stats_extra_userdata = &d;
+	server_options.metrics_extra = metrics_extra;
+	server_options.metrics_extra_userdata = &d;
+	r = dormant_server_start(d.m, &server_options, &server);
+	if (r < 0) {
+		warn("starting the HTTP server: %s", dormant_last_error());
+		goto out;
+	}
+	if (d.config.port_file) {
+		r = write_port_file(d.config.port_file, dormant_server_port(server));
+		if (r < 0) {
+			warn("writing %s: %s", d.config.port_file, strerror(-r));
+			goto out;
+		}
+	}
+	printf("dormantd listening on %s\n", dormant_server_url(server));
+	fflush(stdout);
+	if (!d.config.quiet)
+		warn("%s backend, %zu bytes of weights (keep), %zu bytes of gradients (discard)",
+		     dormant_backend_name(d.m), d.config.keep_bytes, d.config.discard_bytes);
+
+	do {
+		r = sigwait(&signals, &sig);
+	} while (r == EINTR);
+	if (!d.config.quiet)
+		warn("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	status = atomic_load(&d.mismatches) ? 3 : EXIT_SUCCESS;
+
+out:
+	/* The server first: a sleep or wake in flight runs to its end. */
+	dormant_server_stop(server);
+	if (server && d.config.port_file)
+		unlink(d.config.port_file);
+	if (trainer_started) {
+		atomic_store(&d.stop, true);
+		pthread_join(d.trainer, NULL);
+	}
+	demo_finish(&d);
+	return status;
+}
