@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: MIT
+"""Finding and loading libdormant, and its C declarations for ctypes.
+
+The library is looked for, in this order:
+  1. $DORMANT_LIB (a path to the .so; if set, nothing else is tried);
+  2. beside the package (dormant/libdormant.so, as a wheel would ship it);
+  3. the meson build folder of the source tree this package sits in
+     (<repo>/build/libdormant.so);
+  4. the library folder recorded at installation (dormant/_paths.py,
+     written by meson install);
+  5. the system loader (libdormant.so.0, then libdormant.so).
+When none loads, LibraryNotFoundError lists every place tried and why.
+"""
+import ctypes
+import ctypes.util
+import os
+import pathlib
+import threading
+
+from .errors import LibraryNotFoundError, UnsupportedError
+
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+SONAMES = ("libdormant.so.0", "libdormant.so")
+
+c_int, c_uint, c_size_t, c_bool = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_bool
+c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64
+
+# enum dormant_policy / dormant_host_mode / dormant_hook_point / dormant_fault_op
+POLICIES = {"keep": 0, "discard": 1}
+HOST_MODES = {None: 0, "retain": 1, "release": 2}
+HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3}
+FAULT_OPS = {"create": 0, "map": 1, "copy": 2, "host_alloc": 3}
+LOG_LEVELS = {0: "error", 1: "warning", 2: "info", 3: "debug"}
+TAG_MAX = 63
+
+LOG_FN = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
+HOOK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int, c_void_p)
+EXTRA_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
+
+
+class Options(ctypes.Structure):
+    """struct dormant_options (core/dormant.h)."""
+    _fields_ = [
+        ("backend", c_char_p),
+        ("host_mode", c_int),
+        ("chunk_bytes", c_size_t),
+        ("guard_timeout_ms", c_int),
+        ("copy_threads", c_uint),
+        ("staging_bytes", c_size_t),
+        ("host_devices", c_int),
+        ("host_device_bytes", c_size_t),
+        ("log_fn", LOG_FN),
+        ("log_userdata", c_void_p),
+    ]
+
+
+class ServerOptions(ctypes.Structure):
+    """struct dormant_server_options (server/dormant-server.h)."""
+    _fields_ = [
+        ("listen", c_char_p),
+        ("unix_path", c_char_p),
+        ("token", c_char_p),
+        ("token_file", c_char_p),
+        ("open_probes", c_bool),
+        ("threads", c_uint),
+        ("max_connections", c_uint),
+        ("connection_timeout_s", c_uint),
+        ("quiet", c_bool),
+        ("stats_extra", EXTRA_FN),
+        ("stats_extra_userdata", c_void_p),
+        ("metrics_extra", EXTRA_FN),
+        ("metrics_extra_userdata", c_void_p),
+    ]
+
+
+# name: (restype, argtypes). Functions missing from the loaded library are
+# left out and reported by Library.need() when used.
+_PROTOTYPES = {
+    "dormant_new": (c_int, [ctypes.POINTER(Options), ctypes.POINTER(c_void_p)]),
+    "dormant_destroy": (None, [c_void_p]),
+    "dormant_backend_name": (c_char_p, [c_void_p]),
+    "dormant_host_mode": (c_int, [c_void_p]),
+    "dormant_host_mode_name": (c_char_p, [c_int]),
+    "dormant_device_count": (c_int, [c_void_p]),
+    "dormant_set_policy": (c_int, [c_void_p, c_char_p, c_int]),
+    "dormant_alloc": (c_int, [c_void_p, c_char_p, c_size_t, ctypes.POINTER(c_void_p)]),
+    "dormant_alloc_on": (c_int, [c_void_p, c_char_p, c_size_t, c_int,
+                                 ctypes.POINTER(c_void_p)]),
+    "dormant_free": (c_int, [c_void_p, c_void_p]),
+    "dormant_last_error": (c_char_p, []),
+    "dormant_step_enter": (c_int, [c_void_p, c_int]),
+    "dormant_step_leave": (c_int, [c_void_p]),
+    "dormant_hook_add": (c_int, [c_void_p, c_int, HOOK_FN, c_void_p]),
+    "dormant_hook_remove": (c_int, [c_void_p, c_int]),
+    "dormant_torch_set_manager": (c_int, [c_void_p]),
+    "dormant_set_thread_tag": (c_int, [c_char_p]),
+    "dormant_get_thread_tag": (c_int, [ctypes.c_char_p, c_size_t]),
+    "dormant_copy_to_host": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t]),
+    "dormant_copy_to_device": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t]),
+    "dormant_debug_inject_fault": (c_int, [c_void_p, c_int, c_uint, c_int, c_bool]),
+    "dormant_debug_op_count": (c_uint64, [c_void_p, c_int]),
+    "dormant_debug_occupy": (c_int, [c_void_p, c_int, c_size_t]),
+    # api/dormant-json.h
+    "dormant_stats_json": (c_int, [c_void_p, c_bool, ctypes.POINTER(c_void_p)]),
+    "dormant_transition_json": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_char_p),
+                                        ctypes.POINTER(c_void_p)]),
+    "dormant_json_free": (None, [c_void_p]),
+    # server/dormant-server.h
+    "dormant_server_start": (c_int, [c_void_p, ctypes.POINTER(ServerOptions),
+                                     ctypes.POINTER(c_void_p)]),
+    "dormant_server_port": (c_int, [c_void_p]),
+    "dormant_server_url": (c_char_p, [c_void_p]),
+    "dormant_server_stop": (None, [c_void_p]),
+}
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", c_char_p), ("dli_fbase", c_void_p),
+                ("dli_sname", c_char_p), ("dli_saddr", c_void_p)]
+
+
+def _loaded_path(cdll, fallback):
+    """The file the dynamic loader really mapped for cdll (via dladdr)."""
+    try:
+        libc = ctypes.CDLL(None)
+        dladdr = libc.dladdr
+        dladdr.argtypes = [c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = c_int
+        info = _DlInfo()
+        addr = ctypes.cast(cdll.dormant_new, c_void_p)
+        if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
+            return os.path.realpath(os.fsdecode(info.dli_fname))
+    except (AttributeError, OSError):
+        pass
+    return fallback
+
+
+class Library:
+    """A loaded libdormant: the ctypes handle, its path, its functions."""
+
+    def __init__(self, cdll, path, how):
+        self.cdll = cdll
+        self.path = path  # the file loaded: what CUDAPluggableAllocator opens
+        self.how = how    # where it was found, in words
+        self.missing = []
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            try:
+                fn = getattr(cdll, name)
+            except AttributeError:
+                self.missing.append(name)
+                continue
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+        if "dormant_new" in self.missing:
+            raise LibraryNotFoundError(f"{path} is not libdormant (no dormant_new)")
+
+    def has(self, name):
+        return name not in self.missing
+
+    def need(self, name, what):
+        """The function name, or UnsupportedError saying what needs it."""
+        if name in self.missing:
+            raise UnsupportedError(
+                f"{what} needs {name}(), which the libdormant at {self.path} does not "
+                f"export (built without it, or older than this package)", 38)  # ENOSYS
+        return getattr(self, name)
+
+    def last_error(self):
+        msg = self.dormant_last_error()
+        return msg.decode("utf-8", "replace") if msg else ""
+
+
+def _repo_build_dir():
+    # python/dormant/_library.py -> the repository root is two folders up.
+    return PACKAGE_DIR.parent.parent / "build"
+
+
+def _installed_libdir():
+    try:
+        from . import _paths  # written by meson install
+    except ImportError:
+        return None
+    return getattr(_paths, "LIBDIR", None)
+
+
+def candidates():
+    """(description, path or soname, is_file) in search order."""
+    env = os.environ.get("DORMANT_LIB")
+    if env:
+        return [("$DORMANT_LIB", env, True)]
+    out = []
+    out.append(("beside the package", str(PACKAGE_DIR / "libdormant.so"), True))
+    out.append(("the meson build folder", str(_repo_build_dir() / "libdormant.so"), True))
+    libdir = _installed_libdir()
+    if libdir:
+        out.append(("the installed library folder", os.path.join(libdir, SONAMES[0]), True))
+    for soname in SONAMES:
+        out.append(("the system loader", soname, False))
+    return out
+
+
+def load():
+    """Load libdormant from the first place that works (see module doc)."""
+    tried = []
+    for how, where, is_file in candidates():
+        if is_file and not os.path.exists(where):
+            tried.append(f"  {how}: {where}: no such file")
+            continue
+        try:
+            cdll = ctypes.CDLL(where)
+        except OSError as e:
+            tried.append(f"  {how}: {where}: {e}")
+            continue
+        try:
+            return Library(cdll, _loaded_path(cdll, where), how)
+        except LibraryNotFoundError as e:
+            tried.append(f"  {how}: {where}: {e}")
+    found = ctypes.util.find_library("dormant")
+    hint = f" (ctypes.util.find_library sees {found})" if found else ""
+    raise LibraryNotFoundError(
+        "cannot load libdormant; tried:\n" + "\n".join(tried) +
+        f"\nBuild it (meson setup build && meson compile -C build), or set DORMANT_LIB to "
+        f"the path of libdormant.so{hint}.", 2)  # ENOENT
+
+
+_lock = threading.Lock()
+_library = None
+
+
+def get():
+    """The process's libdormant, loaded on first use."""
+    global _library
+    with _lock:
+        if _library is None:
+            _library = load()
+        return _library

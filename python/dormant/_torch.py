@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: MIT
+"""PyTorch glue: per-tag memory pools backed by libdormant.
+
+PyTorch's caching allocator hands out memory from pools. A
+torch.cuda.MemPool built on CUDAPluggableAllocator(libdormant,
+"dormant_torch_malloc", "dormant_torch_free") takes its segments from
+libdormant; dormant_torch_malloc() allocates under the calling thread's tag
+(dormant_set_thread_tag()). One pool per (tag, device) keeps every segment of
+a pool under one tag, so the caching allocator never mixes tags.
+
+torch.cuda.use_mem_pool() routes the current thread's allocations to a pool.
+PyTorch picks the first routing of a thread that was begun, and refuses to
+route twice to one pool, so nested regions are done here by suspending the
+outer routing while an inner one is active.
+
+Imported by Manager.region() only: importing dormant does not import torch.
+"""
+import contextlib
+import ctypes
+import errno
+import threading
+import weakref
+
+import torch
+
+from .errors import BusyError, DormantError, InvalidArgumentError, NoDeviceError
+
+_global_lock = threading.Lock()
+_allocator = None     # one CUDAPluggableAllocator per process
+_attached = None      # weakref to the Manager behind dormant_torch_malloc()
+
+
+class _Route:
+    """One routing on a thread's stack: allocations go to pool under tag."""
+    __slots__ = ("tag", "device", "pool", "ctx")
+
+    def __init__(self, tag, device, pool):
+        self.tag = tag
+        self.device = device
+        self.pool = pool
+        self.ctx = None
+
+
+class TorchGlue:
+    """The region machinery of one Manager."""
+
+    def __init__(self, manager):
+        self.manager = manager
+        self.lib = manager._lib
+        self.pools = {}               # (tag, device) -> torch.cuda.MemPool
+        self.lock = threading.Lock()
+        self.tls = threading.local()
+
+    # ---- process-wide set-up --------------------------------------------
+
+    def _ensure_ready(self):
+        global _allocator, _attached
+        if not torch.cuda.is_available():
+            raise NoDeviceError("dormant.region() needs CUDA, and torch.cuda.is_available() "
+                                "is False", errno.ENODEV)
+        backend = self.manager.backend
+        if backend != "cuda":
+            raise NoDeviceError(
+                f"dormant.region() needs the cuda backend, and this manager runs on "
+                f"'{backend}' (a simulated device PyTorch cannot use): create it with "
+                f"backend='cuda' or set DORMANT_BACKEND=cuda", errno.ENODEV)
+        with _global_lock:
+            attached = _attached() if _attached is not None else None
+            if attached is not None and attached is not self.manager and not attached.closed:
+                raise BusyError("another dormant.Manager already serves PyTorch's allocator "
+                                "in this process (one per process)", errno.EBUSY)
+            if attached is not self.manager:
+                r = self.lib.dormant_torch_set_manager(self.manager._handle())
+                if r < 0:
+                    self.manager._check(r)
+                _attached = weakref.ref(self.manager)
+            if _allocator is None:
+                _allocator = torch.cuda.memory.CUDAPluggableAllocator(
+                    self.lib.path, "dormant_torch_malloc", "dormant_torch_free")
+
+    def detach(self):
+        """The manager closes: PyTorch must not allocate from it any more."""
+        global _attached
+        with _global_lock:
+            attached = _attached() if _attached is not None else None
+            if attached is self.manager:
+                self.lib.dormant_torch_set_manager(None)
+                _attached = None
+        with self.lock:
+            self.pools.clear()
+
+    def _pool(self, tag, device):
+        key = (tag, device)
+        with self.lock:
+            pool = self.pools.get(key)
+            if pool is None:
+                with torch.cuda.device(device):
+                    pool = torch.cuda.MemPool(_allocator.allocator())
+                self.pools[key] = pool
+            return pool
+
+    # ---- per-thread routing ---------------------------------------------
+
+    def _stack(self):
+        stack = getattr(self.tls, "stack", None)
+        if stack is None:
+            stack = self.tls.stack = []
+        return stack
+
+    def _set_thread_tag(self, tag):
+        r = self.lib.dormant_set_thread_tag(tag.encode() if tag is not None else None)
+        if r < 0:
+            self.manager._check(r)
+
+    def _activate(self, route):
+        ctx = torch.cuda.use_mem_pool(route.pool, route.device)
+        ctx.__enter__()
+        route.ctx = ctx
+        self._set_thread_tag(route.tag)
+
+    def _deactivate(self, route):
+        ctx, route.ctx = route.ctx, None
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+    def _push(self, tag, device):
+        """Route this thread's allocations on device to tag until _pop()."""
+        route = _Route(tag, device, self._pool(tag, device))
+        stack = self._stack()
+        outer = stack[-1] if stack else None
+        if outer is not None:
+            self._deactivate(outer)
+        try:
+            self._activate(route)
+        except BaseException:
+            if outer is not None:
+                self._activate(outer)
+            else:
+                self._set_thread_tag(None)
+            raise
+        stack.append(route)
+        return route
+
+    def _pop(self, route):
+        stack = self._stack()
+        if not stack or stack[-1] is not route:
+            raise DormantError("dormant regions must be left in the order they were entered")
+        stack.pop()
+        self._deactivate(route)
+        if stack:
+            self._activate(stack[-1])
+        else:
+            self._set_thread_tag(None)
+
+    @contextlib.contextmanager
+    def switch(self, tag):
+        """Route to tag for a moment (used per torch call by dtype_tags)."""
+        stack = self._stack()
+        if stack and stack[-1].tag == tag:
+            yield
+            return
+        device = stack[-1].device if stack else torch.cuda.current_device()
+        route = self._push(tag, device)
+        try:
+            yield
+        finally:
+            self._pop(route)
+
+    def _check_tag(self, tag):
+        if not isinstance(tag, str):
+            raise InvalidArgumentError(f"a tag is a str, not {type(tag).__name__}", errno.EINVAL)
+        # dormant_set_thread_tag() checks the name the way the library does;
+        # put the current tag back afterwards.
+        buf = ctypes.create_string_buffer(64)  # DORMANT_TAG_MAX + 1
+        self.lib.dormant_get_thread_tag(buf, len(buf))
+        r = self.lib.dormant_set_thread_tag(tag.encode())
+        self.lib.dormant_set_thread_tag(buf.value)
+        if r < 0:
+            self.manager._check(r)
+
+    @contextlib.contextmanager
+    def region(self, tag, policy, dtype_tags):
+        self._ensure_ready()
+        self._check_tag(tag)
+        mode = None
+        if dtype_tags:
+            for dtype, other in dtype_tags.items():
+                if not isinstance(dtype, torch.dtype):
+                    raise InvalidArgumentError(f"dtype_tags keys are torch dtypes, not {dtype!r}",
+                                               errno.EINVAL)
+                self._check_tag(other)
+            mode = _DtypeTagMode(self, dict(dtype_tags))
+        if policy is not None:
+            self.manager.set_policy(tag, policy)
+        route = self._push(tag, torch.cuda.current_device())
+        try:
+            if mode is not None:
+                with mode:
+                    yield
+            else:
+                yield
+        except torch.OutOfMemoryError as e:
+            message = self.lib.last_error()
+            if message and hasattr(e, "add_note"):
+                e.add_note(f"dormant (last error on this thread): {message}")
+            raise
+        finally:
+            self._pop(route)
+
+
+def _call_dtype(args, kwargs):
+    """The dtype a torch call produces: its dtype= argument, else that of its
+    first tensor argument, else the default dtype."""
+    dtype = kwargs.get("dtype")
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return arg.dtype
+    return torch.get_default_dtype()
+
+
+class _DtypeTagMode(torch.overrides.TorchFunctionMode):
+    """Sends the allocations of a torch call to the tag its dtype maps to."""
+
+    def __init__(self, glue, dtype_tags):
+        super().__init__()
+        self.glue = glue
+        self.dtype_tags = dtype_tags
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tag = self.dtype_tags.get(_call_dtype(args, kwargs))
+        if tag is None:
+            return func(*args, **kwargs)
+        with self.glue.switch(tag):
+            return func(*args, **kwargs)

@@ -1,0 +1,541 @@
+# SPDX-License-Identifier: MIT
+"""The Manager class: one libdormant manager, driven from Python over ctypes."""
+import contextlib
+import ctypes
+import errno
+import json
+import logging
+import threading
+import time
+import weakref
+
+from . import _library
+from ._library import c_void_p
+from .errors import BusyError, DormantError, InvalidArgumentError, StepTimeoutError, error_from
+
+log = logging.getLogger("dormant")
+
+# How long one dormant_step_enter() call waits before Python looks at signals
+# again (so that Ctrl-C interrupts a step waiting for a wake).
+_STEP_SLICE_MS = 100
+
+_live_managers = weakref.WeakSet()
+
+
+def _encode_tag(tag):
+    if isinstance(tag, bytes):
+        return tag
+    if not isinstance(tag, str):
+        raise InvalidArgumentError(f"a tag is a str, not {type(tag).__name__}", errno.EINVAL)
+    return tag.encode("utf-8")
+
+
+def _tag_array(tags):
+    """A NULL-terminated const char *[] for tags (None: every tag)."""
+    if tags is None:
+        return None, None
+    if isinstance(tags, (str, bytes)):
+        tags = [tags]
+    encoded = [_encode_tag(t) for t in tags]
+    array = (ctypes.c_char_p * (len(encoded) + 1))(*encoded, None)
+    return array, encoded  # keep the bytes alive as long as the array
+
+
+def _policy_value(policy):
+    if isinstance(policy, str) and policy in _library.POLICIES:
+        return _library.POLICIES[policy]
+    raise InvalidArgumentError(f'policy must be "keep" or "discard", not {policy!r}',
+                               errno.EINVAL)
+
+
+class Server:
+    """The HTTP server started by Manager.serve(): .url, .port, .stop().
+
+    Also a context manager that stops the server on exit."""
+
+    def __init__(self, manager, handle, extra_callback):
+        self._manager = manager
+        self._handle = handle
+        self._extra_callback = extra_callback  # the C callback must outlive the server
+        self._lock = threading.Lock()
+        lib = manager._lib
+        self.port = lib.dormant_server_port(handle)
+        url = lib.dormant_server_url(handle)
+        self.url = url.decode("utf-8") if url else ""
+
+    @property
+    def running(self):
+        return self._handle is not None
+
+    def stop(self):
+        """Stop listening and wait for requests in flight (a sleep or wake among
+        them runs to its end). Idempotent. Not from a hook."""
+        if self._manager._in_hook():
+            raise DormantError("Server.stop() must not be called from a hook", errno.EDEADLK)
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            self._manager._lib.dormant_server_stop(handle)
+            self._manager._servers.discard(self)
+            self._extra_callback = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = "running" if self.running else "stopped"
+        return f"<dormant.Server {self.url or '?'} {state}>"
+
+
+class Manager:
+    """A dormant manager: tags of device memory that sleep and wake.
+
+    Options (all optional; left out, the library's defaults and environment
+    variables apply: $DORMANT_BACKEND, $DORMANT_HOST_MODE, ...):
+        backend: "auto", "cuda" or "host".
+        host_mode: "retain" or "release".
+        chunk_bytes, guard_timeout_ms, copy_threads, staging_bytes,
+        host_devices, host_device_bytes: as in struct dormant_options.
+        log: None (the library logs nothing), True (to the "dormant" logger)
+            or a callable(level, message) with level "error", "warning",
+            "info" or "debug". It is called from library threads; keep it
+            short and do not call dormant from it.
+
+    Every method is safe to call from any thread. Hooks added with on_sleep()
+    and on_wake() run on the thread that runs the transition, which may be an
+    HTTP server thread.
+    """
+
+    def __init__(self, *, backend=None, host_mode=None, chunk_bytes=0, guard_timeout_ms=0,
+                 copy_threads=0, staging_bytes=0, host_devices=0, host_device_bytes=0,
+                 log=None):
+        self._lib = _library.get()
+        self._m = None
+        self._hooks = {}            # id -> (fn, C callback, point)
+        self._servers = set()
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self._torch = None          # the region machinery, once region() is used
+        if host_mode not in _library.HOST_MODES:
+            raise InvalidArgumentError(
+                f'host_mode must be "retain", "release" or None, not {host_mode!r}', errno.EINVAL)
+        opts = _library.Options()
+        self._backend_arg = backend.encode() if isinstance(backend, str) else backend
+        opts.backend = self._backend_arg
+        opts.host_mode = _library.HOST_MODES[host_mode]
+        opts.chunk_bytes = chunk_bytes
+        opts.guard_timeout_ms = guard_timeout_ms
+        opts.copy_threads = copy_threads
+        opts.staging_bytes = staging_bytes
+        opts.host_devices = host_devices
+        opts.host_device_bytes = host_device_bytes
+        self._log_callback = self._make_log_callback(log)
+        if self._log_callback is not None:
+            opts.log_fn = self._log_callback
+        handle = c_void_p()
+        self._check(self._lib.dormant_new(ctypes.byref(opts), ctypes.byref(handle)))
+        self._m = handle
+        _live_managers.add(self)
+
+    # ---- plumbing ---------------------------------------------------------
+
+    @staticmethod
+    def _make_log_callback(log_option):
+        if log_option is None or log_option is False:
+            return None
+        if log_option is True:
+            levels = {"error": logging.ERROR, "warning": logging.WARNING,
+                      "info": logging.INFO, "debug": logging.DEBUG}
+
+            def sink(level, message):
+                log.log(levels[level], "%s", message)
+        elif callable(log_option):
+            sink = log_option
+        else:
+            raise InvalidArgumentError("log must be None, True or a callable", errno.EINVAL)
+
+        def trampoline(level, message, userdata):
+            try:
+                sink(_library.LOG_LEVELS.get(level, "info"),
+                     message.decode("utf-8", "replace") if message else "")
+            except BaseException:  # never let an exception into C
+                pass
+        return _library.LOG_FN(trampoline)
+
+    def _handle(self):
+        if self._m is None:
+            raise DormantError("this dormant manager is closed", errno.EBADF)
+        return self._m
+
+    def _check(self, result):
+        if result < 0:
+            raise error_from(result, self._lib.last_error())
+        return result
+
+    def _in_hook(self):
+        return getattr(self._tls, "hook_depth", 0) > 0
+
+    def _take_json(self, out):
+        if not out.value:
+            return None
+        try:
+            return json.loads(ctypes.string_at(out.value).decode("utf-8"))
+        finally:
+            self._lib.dormant_json_free(out)
+
+    # ---- lifecycle --------------------------------------------------------
+
+    def close(self):
+        """Stop this manager's servers and free every allocation and the
+        manager itself. Tensors that still live in its memory must not be
+        used afterwards. Idempotent."""
+        for server in list(self._servers):
+            server.stop()
+        if self._torch is not None:
+            self._torch.detach()
+        with self._lock:
+            handle, self._m = self._m, None
+        if handle is not None:
+            self._lib.dormant_destroy(handle)
+        self._hooks.clear()
+        _live_managers.discard(self)
+
+    @property
+    def closed(self):
+        return self._m is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._m is None:
+            return "<dormant.Manager closed>"
+        return f"<dormant.Manager backend={self.backend} host_mode={self.host_mode}>"
+
+    # ---- properties -------------------------------------------------------
+
+    @property
+    def backend(self):
+        """"cuda" or "host"."""
+        return self._lib.dormant_backend_name(self._handle()).decode()
+
+    @property
+    def host_mode(self):
+        """"retain" or "release"."""
+        mode = self._lib.dormant_host_mode(self._handle())
+        return self._lib.dormant_host_mode_name(mode).decode()
+
+    @property
+    def device_count(self):
+        return self._check(self._lib.dormant_device_count(self._handle()))
+
+    @property
+    def library_path(self):
+        """The libdormant file this manager runs on."""
+        return self._lib.path
+
+    # ---- tags, allocations ------------------------------------------------
+
+    def set_policy(self, tag, policy):
+        """Set a tag's policy ("keep": copied to host on sleep; "discard": no
+        copy, zero-filled on wake), creating the tag if needed. Only while the
+        tag is awake (else BusyError)."""
+        self._check(self._lib.dormant_set_policy(self._handle(), _encode_tag(tag),
+                                                 _policy_value(policy)))
+
+    def alloc(self, tag, size, device=None):
+        """Allocate size bytes of device memory under tag; returns the address
+        (an int). For code that does not go through PyTorch."""
+        ptr = c_void_p()
+        if device is None:
+            r = self._lib.dormant_alloc(self._handle(), _encode_tag(tag), size, ctypes.byref(ptr))
+        else:
+            r = self._lib.dormant_alloc_on(self._handle(), _encode_tag(tag), size, device,
+                                           ctypes.byref(ptr))
+        self._check(r)
+        return ptr.value
+
+    def free(self, ptr):
+        self._check(self._lib.dormant_free(self._handle(), ptr))
+
+    def copy_to_device(self, ptr, data):
+        """Copy bytes-like data to managed device memory at ptr (synchronous)."""
+        buf = (ctypes.c_char * len(data)).from_buffer_copy(data)
+        self._check(self._lib.dormant_copy_to_device(self._handle(), ptr, buf, len(data)))
+
+    def copy_to_host(self, ptr, size):
+        """Read size bytes of managed device memory at ptr; returns bytes."""
+        buf = ctypes.create_string_buffer(size)
+        self._check(self._lib.dormant_copy_to_host(self._handle(), buf, ptr, size))
+        return buf.raw
+
+    # ---- transitions and stats --------------------------------------------
+
+    def _transition(self, action, tags):
+        lib = self._lib
+        fn = lib.need("dormant_transition_json", f"{action}()")
+        if self._in_hook():
+            raise BusyError(f"{action}() must not be called from a hook", errno.EBUSY)
+        array, _keep = _tag_array(tags)
+        out = c_void_p()
+        self._tls.hook_error = None
+        r = fn(self._handle(), action.encode(), array, ctypes.byref(out))
+        message = lib.last_error() if r < 0 else ""
+        report = self._take_json(out)
+        if r < 0:
+            if not message and report:
+                message = report.get("error") or report.get("detail") or ""
+            err = error_from(r, message, report)
+            cause, self._tls.hook_error = getattr(self._tls, "hook_error", None), None
+            raise err from cause
+        return report
+
+    def sleep(self, tags=None):
+        """Put tags (a name, a list of names, or None: every tag) to sleep.
+        Waits for running training steps (see step()), runs the before-sleep
+        hooks, releases device memory (copying "keep" tags to host memory).
+        Returns the report dict (as POST /sleep does). Raises BusyError,
+        UnknownTagError, CancelledError, OutOfMemoryError, DeviceError, each
+        with .report; a failed sleep leaves the tags awake, data intact."""
+        return self._transition("sleep", tags)
+
+    def wake(self, tags=None):
+        """Wake tags at the same addresses: "keep" tags restored, "discard"
+        tags zero-filled; then the after-wake hooks run and waiting steps go
+        on. Returns the report dict. OutOfMemoryError when the device memory
+        is still held elsewhere: the tags stay asleep, intact; retry later."""
+        return self._transition("wake", tags)
+
+    def stats(self):
+        """A dict shaped like GET /stats."""
+        fn = self._lib.need("dormant_stats_json", "stats()")
+        out = c_void_p()
+        self._check(fn(self._handle(), False, ctypes.byref(out)))
+        return self._take_json(out)
+
+    # ---- the trainer guard ------------------------------------------------
+
+    def _step_enter(self, timeout_s):
+        if self._in_hook():
+            raise BusyError("step() must not be entered from a hook (the transition "
+                            "would wait for itself)", errno.EDEADLK)
+        m = self._handle()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if deadline is None:
+                slice_ms = _STEP_SLICE_MS
+            else:
+                slice_ms = max(0, min(_STEP_SLICE_MS, int((deadline - time.monotonic()) * 1000)))
+            r = self._lib.dormant_step_enter(m, slice_ms)
+            if r == 0:
+                return
+            if r != -errno.ETIMEDOUT:
+                self._check(r)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StepTimeoutError(f"memory is not awake after {timeout_s} s",
+                                       errno.ETIMEDOUT)
+
+    @contextlib.contextmanager
+    def step(self, timeout_s=None):
+        """Mark one training step (the trainer guard). Entering waits while the
+        memory is asleep or a sleep is waiting for steps to end (up to
+        timeout_s; None: for ever, still interruptible by Ctrl-C; then
+        StepTimeoutError). A sleep waits for running steps to leave."""
+        self._step_enter(timeout_s)
+        try:
+            yield self
+        finally:
+            self._check(self._lib.dormant_step_leave(self._handle()))
+
+    # ---- hooks ------------------------------------------------------------
+
+    def add_hook(self, point, fn):
+        """Run fn() at point: "before_sleep", "after_sleep", "before_wake" or
+        "after_wake". It runs on the thread running the transition (maybe an
+        HTTP server thread); it must not sleep, wake, or enter a step. If it
+        raises, the exception is logged to the "dormant" logger and, at a
+        before_ point, the transition is cancelled (CancelledError / HTTP
+        error). Returns an id for remove_hook()."""
+        if point not in _library.HOOK_POINTS:
+            raise InvalidArgumentError(
+                f"hook point must be one of {', '.join(_library.HOOK_POINTS)}, not {point!r}",
+                errno.EINVAL)
+        if not callable(fn):
+            raise InvalidArgumentError("a hook must be callable", errno.EINVAL)
+        before = point.startswith("before")
+        tls = self._tls
+
+        def trampoline(m, hook_point, userdata):
+            tls.hook_depth = getattr(tls, "hook_depth", 0) + 1
+            try:
+                fn()
+                return 0
+            except BaseException as e:  # never let an exception into C
+                try:
+                    tls.hook_error = e
+                    log.error("dormant %s hook %r raised%s", point,
+                              getattr(fn, "__qualname__", fn),
+                              ": cancelling the transition" if before else "", exc_info=True)
+                except BaseException:
+                    pass
+                return 1 if before else 0
+            finally:
+                tls.hook_depth -= 1
+
+        callback = _library.HOOK_FN(trampoline)
+        with self._lock:
+            hook_id = self._check(self._lib.dormant_hook_add(
+                self._handle(), _library.HOOK_POINTS[point], callback, None))
+            self._hooks[hook_id] = (fn, callback, point)
+        return hook_id
+
+    def remove_hook(self, hook):
+        """Remove a hook by the id add_hook() returned, or by its function
+        (every registration of it). Not from a hook."""
+        if self._in_hook():
+            raise BusyError("remove_hook() must not be called from a hook", errno.EDEADLK)
+        with self._lock:
+            if isinstance(hook, int):
+                ids = [hook]
+            else:
+                ids = [i for i, (fn, _, _) in self._hooks.items() if fn is hook]
+                if not ids:
+                    raise error_from(-errno.ENOENT, f"{hook!r} is not a hook")
+            for hook_id in ids:
+                self._check(self._lib.dormant_hook_remove(self._handle(), hook_id))
+                # The C side no longer calls it: the callback may go.
+                self._hooks.pop(hook_id, None)
+
+    def on_sleep(self, fn=None, *, when="before"):
+        """Run fn() when memory goes to sleep (when="before": may cancel by
+        raising; "after"). Usable as a decorator. Returns fn."""
+        if fn is None:
+            return lambda f: self.on_sleep(f, when=when)
+        self.add_hook(f"{when}_sleep", fn)
+        return fn
+
+    def on_wake(self, fn=None, *, when="after"):
+        """Run fn() when memory wakes (when="after": the memory is back;
+        "before": may cancel by raising). Usable as a decorator. Returns fn."""
+        if fn is None:
+            return lambda f: self.on_wake(f, when=when)
+        self.add_hook(f"{when}_wake", fn)
+        return fn
+
+    # ---- the HTTP server ----------------------------------------------------
+
+    def serve(self, host="127.0.0.1", port=0, token=None, *, unix_path=None, token_file=None,
+              open_probes=False, threads=0, max_connections=0, connection_timeout_s=0,
+              quiet=False, stats_extra=None):
+        """Start the HTTP control plane (POST /sleep, /wake, GET /stats, ...)
+        on its own threads inside this process. port 0 picks a free port.
+        token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
+        authentication. stats_extra: a callable returning a dict, shown as
+        "extra" in GET /stats. Returns a Server (.url, .port, .stop())."""
+        lib = self._lib
+        start = lib.need("dormant_server_start", "serve()")
+        opts = _library.ServerOptions()
+        keep = []  # bytes referenced by opts
+
+        def c_str(value):
+            if value is None:
+                return None
+            b = value.encode() if isinstance(value, str) else bytes(value)
+            keep.append(b)
+            return b
+
+        if unix_path is None:
+            h = f"[{host}]" if ":" in host and not host.startswith("[") else host
+            opts.listen = c_str(f"{h}:{int(port)}")
+        opts.unix_path = c_str(unix_path)
+        opts.token = c_str(token)
+        opts.token_file = c_str(token_file)
+        opts.open_probes = bool(open_probes)
+        opts.threads = threads
+        opts.max_connections = max_connections
+        opts.connection_timeout_s = connection_timeout_s
+        opts.quiet = bool(quiet)
+        extra_callback = None
+        if stats_extra is not None:
+            extra_callback = _library.EXTRA_FN(_extra_trampoline(stats_extra))
+            opts.stats_extra = extra_callback
+        handle = c_void_p()
+        self._check(start(self._handle(), ctypes.byref(opts), ctypes.byref(handle)))
+        server = Server(self, handle, extra_callback)
+        self._servers.add(server)
+        return server
+
+    # ---- PyTorch ------------------------------------------------------------
+
+    def region(self, tag, policy=None, *, dtype_tags=None):
+        """A context manager: CUDA tensors PyTorch allocates inside it on this
+        thread live in dormant memory under tag (one torch.cuda.MemPool per
+        tag and device). policy, if given, sets the tag's policy first.
+        dtype_tags ({torch.float32: "grads", ...}) sends allocations whose
+        dtype is listed to that tag instead (decided per torch call; see
+        docs/pytorch.md). Needs torch with CUDA and the cuda backend."""
+        if self._torch is None:
+            from . import _torch  # torch is imported here, not at package import
+            with self._lock:
+                if self._torch is None:
+                    self._torch = _torch.TorchGlue(self)
+        return self._torch.region(tag, policy, dtype_tags)
+
+    # ---- testing ----------------------------------------------------------
+
+    def debug_occupy(self, nbytes, device=0):
+        """Take nbytes of device memory outside the manager, as another
+        process would (0 gives it back): makes a wake fail with ENOMEM."""
+        self._check(self._lib.dormant_debug_occupy(self._handle(), device, nbytes))
+
+    def debug_inject_fault(self, op, nth, error=-errno.EIO, repeat=False):
+        """Make the nth next call of op ("create", "map", "copy",
+        "host_alloc") fail with error (a negative errno); nth 0 disarms."""
+        if op not in _library.FAULT_OPS:
+            raise InvalidArgumentError(f"unknown fault op {op!r}", errno.EINVAL)
+        self._check(self._lib.dormant_debug_inject_fault(self._handle(), _library.FAULT_OPS[op],
+                                                         nth, error, repeat))
+
+    def debug_op_count(self, op):
+        return self._lib.dormant_debug_op_count(self._handle(), _library.FAULT_OPS[op])
+
+    def __del__(self):
+        # Best effort for managers nobody closed; never while PyTorch may
+        # still hold tensors in its memory.
+        try:
+            if self._m is not None and self._torch is None and not self._servers:
+                self.close()
+        except Exception:
+            pass
+
+
+def _extra_trampoline(fn):
+    def trampoline(userdata, buf, size):
+        try:
+            data = json.dumps(fn()).encode()
+        except BaseException:
+            log.error("dormant stats_extra callback raised", exc_info=True)
+            return -errno.EIO
+        if len(data) + 1 > size:
+            return -errno.ENOSPC
+        ctypes.memmove(buf, data, len(data))
+        ctypes.memset(buf + len(data), 0, 1)
+        return len(data)
+    return trampoline
+
+
+def stop_all_servers():
+    """Stop every server of every live manager (at interpreter exit: server
+    threads must not call into Python while it shuts down)."""
+    for manager in list(_live_managers):
+        for server in list(manager._servers):
+            try:
+                server.stop()
+            except Exception:
+                pass

@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: MIT
+"""serve(): the embedded HTTP server, driven with urllib as an orchestrator
+would."""
+import errno
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import MiB, http
+
+import dormant
+
+
+def test_serve_handle(mgr, server):
+    assert server.port > 0
+    assert server.url == f"http://127.0.0.1:{server.port}"
+    assert server.running
+    assert "running" in repr(server)
+    r = http("GET", server.url + "/healthz")
+    assert r.status == 200
+    assert r.json == {"status": "ok"}
+
+
+def test_sleep_wake_stats_over_http(mgr, server):
+    mgr.set_policy("grads", "discard")
+    w = mgr.alloc("weights", 4 * MiB)
+    mgr.alloc("grads", 4 * MiB)
+    mgr.copy_to_device(w, b"\xa5" * (4 * MiB))
+
+    r = http("POST", server.url + "/sleep", {"tags": ["grads"]})
+    assert r.status == 200, r
+    assert r.json["action"] == "sleep"
+    assert [t["tag"] for t in r.json["tags"]] == ["grads"]
+    assert r.json["state"] == "mixed"
+    assert http("GET", server.url + "/is_sleeping").json == {"is_sleeping": True}
+
+    r = http("POST", server.url + "/sleep")
+    assert r.status == 200, r
+    stats = http("GET", server.url + "/stats").json
+    tags = {t["tag"]: t for t in stats["tags"]}
+    assert stats["state"] == "asleep"
+    assert tags["grads"]["host_bytes"] == 0
+    assert tags["weights"]["host_bytes"] >= 4 * MiB
+    # The same document as the Python API gives.
+    py = mgr.stats()
+    assert py["tags"] == stats["tags"]
+
+    r = http("POST", server.url + "/wake")
+    assert r.status == 200, r
+    assert r.json["state"] == "awake"
+    assert http("GET", server.url + "/is_sleeping").json == {"is_sleeping": False}
+    assert mgr.copy_to_host(w, 4 * MiB) == b"\xa5" * (4 * MiB)
+
+
+def test_unknown_tag_over_http(mgr, server):
+    mgr.alloc("weights", MiB)
+    r = http("POST", server.url + "/sleep", {"tags": ["nope"]})
+    assert r.status == 404, r
+    assert r.json["type"].endswith("unknown-tag")
+    assert "nope" in r.json["detail"]
+
+
+def test_wake_out_of_memory_over_http(mgr, server):
+    w = mgr.alloc("weights", 32 * MiB)
+    mgr.copy_to_device(w, b"\x42" * (32 * MiB))
+    assert http("POST", server.url + "/sleep").status == 200
+    free = mgr.stats()["devices"][0]["free_bytes"]
+    mgr.debug_occupy(free - 4 * MiB)
+    r = http("POST", server.url + "/wake")
+    assert r.status == 503, r
+    assert r.json["type"].endswith("out-of-memory")
+    assert r.headers.get("Retry-After")
+    assert mgr.stats()["state"] == "asleep"
+    mgr.debug_occupy(0)
+    r = http("POST", server.url + "/wake")
+    assert r.status == 200, r
+    assert mgr.copy_to_host(w, 32 * MiB) == b"\x42" * (32 * MiB)
+
+
+def test_busy_over_http(mgr, server):
+    mgr.alloc("w", MiB)
+    in_step, leave_step = threading.Event(), threading.Event()
+
+    def trainer():
+        with mgr.step():
+            in_step.set()
+            leave_step.wait(60)
+
+    t = threading.Thread(target=trainer)
+    t.start()
+    assert in_step.wait(30)
+    first = {}
+    o = threading.Thread(target=lambda: first.update(r=http("POST", server.url + "/sleep")))
+    o.start()
+    for _ in range(2000):
+        if mgr.stats()["transition_running"]:
+            break
+        threading.Event().wait(0.005)
+    r = http("POST", server.url + "/sleep")
+    assert r.status == 409, r
+    assert r.json["type"].endswith("busy")
+    leave_step.set()
+    t.join(30)
+    o.join(30)
+    assert first["r"].status == 200
+    mgr.wake()
+
+
+def test_token(mgr):
+    with mgr.serve(token="s3cret", quiet=True) as s:
+        assert http("POST", s.url + "/sleep").status == 401
+        assert http("POST", s.url + "/sleep", token="wrong").status == 401
+        assert http("GET", s.url + "/stats", token="s3cret").status == 200
+    assert not s.running
+
+
+def test_stop_closes_the_port(mgr):
+    s = mgr.serve(quiet=True)
+    url = s.url
+    assert http("GET", url + "/healthz").status == 200
+    s.stop()
+    s.stop()  # idempotent
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url + "/healthz", timeout=10)
+
+
+def test_address_in_use(mgr, server):
+    with pytest.raises(dormant.AddressInUseError) as e:
+        mgr.serve(port=server.port, quiet=True)
+    assert e.value.errno == errno.EADDRINUSE
+
+
+def test_close_stops_servers():
+    m = dormant.Manager(backend="host", host_device_bytes=64 * MiB)
+    s = m.serve(quiet=True)
+    m.close()
+    assert not s.running
+
+
+def test_stats_extra(mgr):
+    progress = {"steps": 0}
+    with mgr.serve(quiet=True, stats_extra=lambda: dict(progress)) as s:
+        progress["steps"] = 41
+        assert http("GET", s.url + "/stats").json["extra"] == {"steps": 41}

@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: MIT
+"""Sleep, wake, stats, policies and errors through the Python API, on the host
+backend (the simulated device keeps the manager's semantics)."""
+import errno
+import os
+
+import pytest
+
+from conftest import MiB
+
+import dormant
+
+
+def pattern(n, seed):
+    return bytes((i * 31 + seed) & 0xFF for i in range(256)) * (n // 256)
+
+
+def test_manager_basics(mgr):
+    assert mgr.backend == "host"
+    assert mgr.host_mode in ("retain", "release")
+    assert mgr.device_count >= 1
+    assert "host" in repr(mgr)
+
+
+def test_host_mode_option():
+    with dormant.Manager(backend="host", host_mode="retain") as m:
+        assert m.host_mode == "retain"
+    with pytest.raises(dormant.InvalidArgumentError):
+        dormant.Manager(backend="host", host_mode="sometimes")
+
+
+def test_bad_backend():
+    with pytest.raises(dormant.DormantError) as e:
+        dormant.Manager(backend="quantum")
+    assert e.value.errno != 0
+    assert e.value.message
+
+
+def test_keep_restored_discard_zeroed_same_address(mgr):
+    mgr.set_policy("grads", "discard")
+    w = mgr.alloc("weights", 4 * MiB)
+    g = mgr.alloc("grads", 4 * MiB)
+    data_w, data_g = pattern(4 * MiB, 1), pattern(4 * MiB, 2)
+    mgr.copy_to_device(w, data_w)
+    mgr.copy_to_device(g, data_g)
+
+    report = mgr.sleep()
+    assert report["action"] == "sleep"
+    assert report["result"] == "ok"
+    assert report["changed"] is True
+    assert report["state"] == "asleep"
+    by_tag = {t["tag"]: t for t in report["tags"]}
+    assert by_tag["weights"]["policy"] == "keep"
+    assert by_tag["weights"]["after"] == "asleep"
+    assert by_tag["weights"]["bytes_copied"] >= 4 * MiB
+    assert by_tag["grads"]["bytes_copied"] == 0
+    assert by_tag["grads"]["bytes_released"] >= 4 * MiB
+
+    with pytest.raises(dormant.BusyError):
+        mgr.copy_to_host(w, 16)
+
+    report = mgr.wake()
+    assert report["action"] == "wake"
+    assert report["state"] == "awake"
+    assert {t["tag"]: t for t in report["tags"]}["grads"]["bytes_zeroed"] >= 4 * MiB
+    assert mgr.copy_to_host(w, 4 * MiB) == data_w      # same address, same bytes
+    assert mgr.copy_to_host(g, 4 * MiB) == bytes(4 * MiB)  # fresh zeros
+
+
+def test_stats_shape_and_host_bytes(mgr):
+    mgr.set_policy("grads", "discard")
+    mgr.alloc("weights", 8 * MiB)
+    mgr.alloc("grads", 8 * MiB)
+    s = mgr.stats()
+    for key in ("backend", "host_mode", "healthy", "state", "transition_running",
+                "steps_running", "tags", "totals", "devices", "counters", "last_sleep",
+                "last_wake"):
+        assert key in s, key
+    assert s["backend"] == "host"
+    assert s["state"] == "awake"
+    assert s["last_sleep"] is None
+    for key in ("allocations", "bytes", "device_bytes", "host_bytes", "staging_bytes"):
+        assert key in s["totals"], key
+    tags = {t["tag"]: t for t in s["tags"]}
+    assert tags["weights"]["bytes"] == 8 * MiB
+    assert tags["grads"]["policy"] == "discard"
+    assert s["devices"][0]["managed_bytes"] >= 16 * MiB
+
+    mgr.sleep()
+    s = mgr.stats()
+    tags = {t["tag"]: t for t in s["tags"]}
+    assert s["state"] == "asleep"
+    assert tags["weights"]["state"] == "asleep"
+    assert tags["weights"]["device_bytes"] == 0
+    assert tags["weights"]["host_bytes"] >= 8 * MiB     # the kept copy
+    assert tags["grads"]["host_bytes"] == 0             # grads cost no host memory
+    assert s["totals"]["host_bytes"] == tags["weights"]["host_bytes"]
+    assert s["counters"]["sleeps_ok"] == 1
+    assert s["last_sleep"]["result"] == "ok"
+
+
+def test_sleep_some_tags(mgr):
+    a = mgr.alloc("a", MiB)
+    mgr.alloc("b", MiB)
+    mgr.copy_to_device(a, pattern(MiB, 3))
+    report = mgr.sleep(["b"])
+    assert [t["tag"] for t in report["tags"]] == ["b"]
+    assert report["state"] == "mixed"
+    assert mgr.copy_to_host(a, MiB) == pattern(MiB, 3)  # "a" stays awake
+    report = mgr.sleep("a")  # one name is fine too
+    assert report["state"] == "asleep"
+    mgr.wake()
+
+
+def test_noop_transitions(mgr):
+    mgr.alloc("weights", MiB)
+    report = mgr.wake()
+    assert report["changed"] is False
+    mgr.sleep()
+    report = mgr.sleep()
+    assert report["changed"] is False
+    assert report["tags"][0]["before"] == report["tags"][0]["after"] == "asleep"
+    mgr.wake()
+
+
+def test_unknown_tag(mgr):
+    mgr.alloc("weights", MiB)
+    with pytest.raises(dormant.UnknownTagError) as e:
+        mgr.sleep(["weights", "nope"])
+    assert e.value.errno == errno.ENOENT
+    assert "nope" in str(e.value)
+    assert isinstance(e.value, LookupError)
+    assert mgr.stats()["state"] == "awake"  # nothing moved
+
+
+def test_bad_tag_names(mgr):
+    with pytest.raises(dormant.InvalidArgumentError):
+        mgr.set_policy("has space", "keep")
+    with pytest.raises(dormant.InvalidArgumentError):
+        mgr.set_policy("x" * 64, "keep")
+    with pytest.raises(dormant.InvalidArgumentError):
+        mgr.sleep(["bad/name"])
+
+
+def test_policies(mgr):
+    with pytest.raises(dormant.InvalidArgumentError):
+        mgr.set_policy("t", "forget")
+    mgr.set_policy("t", "discard")
+    mgr.alloc("t", MiB)
+    mgr.sleep()
+    mgr.set_policy("t", "discard")          # unchanged: fine while asleep
+    with pytest.raises(dormant.BusyError):  # a change only while awake
+        mgr.set_policy("t", "keep")
+    mgr.wake()
+    mgr.set_policy("t", "keep")
+    s = {t["tag"]: t for t in mgr.stats()["tags"]}
+    assert s["t"]["policy"] == "keep"
+
+
+def test_alloc_while_asleep_is_busy(mgr):
+    mgr.alloc("w", MiB)
+    mgr.sleep()
+    with pytest.raises(dormant.BusyError) as e:
+        mgr.alloc("w", MiB)
+    assert "w" in e.value.message
+    mgr.wake()
+
+
+def test_free_and_bad_pointer(mgr):
+    p = mgr.alloc("w", MiB)
+    mgr.free(p)
+    with pytest.raises(dormant.InvalidArgumentError):
+        mgr.free(p)
+
+
+def test_wake_enomem_then_retry(mgr):
+    """A wake that cannot get device memory (another process holds it) fails
+    with OutOfMemoryError, keeps the tags asleep with their host copy, and
+    the same call succeeds once the memory is free."""
+    w = mgr.alloc("weights", 32 * MiB)
+    data = pattern(32 * MiB, 7)
+    mgr.copy_to_device(w, data)
+    mgr.sleep()
+    free = mgr.stats()["devices"][0]["free_bytes"]
+    mgr.debug_occupy(free - 8 * MiB)
+    with pytest.raises(dormant.OutOfMemoryError) as e:
+        mgr.wake()
+    err = e.value
+    assert err.errno == errno.ENOMEM
+    assert err.report is not None
+    assert err.report["result"] == "ENOMEM"
+    assert err.report["error"] == err.message
+    assert err.report["state"] == "asleep"
+    assert mgr.stats()["state"] == "asleep"
+    assert mgr.stats()["counters"]["wakes_failed"] == 1
+    mgr.debug_occupy(0)
+    mgr.wake()
+    assert mgr.copy_to_host(w, 32 * MiB) == data
+
+
+def test_fault_injection_sleep_rolls_back(mgr):
+    w = mgr.alloc("weights", 4 * MiB)
+    data = pattern(4 * MiB, 9)
+    mgr.copy_to_device(w, data)
+    mgr.debug_inject_fault("copy", 1, -errno.EIO)
+    with pytest.raises(dormant.DeviceError) as e:
+        mgr.sleep()
+    assert e.value.report["state"] == "awake"
+    assert mgr.copy_to_host(w, 4 * MiB) == data
+
+
+def test_closed_manager():
+    m = dormant.Manager(backend="host")
+    m.close()
+    m.close()  # idempotent
+    assert m.closed
+    with pytest.raises(dormant.DormantError):
+        m.sleep()
+
+
+def test_error_classes():
+    e = dormant.errors.error_from(-errno.EBUSY, "another sleep or wake is running")
+    assert isinstance(e, dormant.BusyError)
+    assert str(e) == "another sleep or wake is running (EBUSY)"
+    assert isinstance(dormant.errors.error_from(-errno.ENOMEM, "x"), dormant.OutOfMemoryError)
+    assert type(dormant.errors.error_from(-errno.EPERM, "x")) is dormant.DormantError
+
+
+def test_default_manager_module_functions():
+    # The module-level functions share one manager made on first use;
+    # DORMANT_BACKEND=host (set by the meson test) picks the simulated device.
+    if os.environ.get("DORMANT_BACKEND") != "host":
+        pytest.skip("needs DORMANT_BACKEND=host")
+    m = dormant.manager()
+    assert m is dormant.manager()
+    assert m.backend == "host"
+    dormant.set_policy("module.grads", "discard")
+    m.alloc("module.grads", MiB)
+    report = dormant.sleep(["module.grads"])
+    assert report["tags"][0]["policy"] == "discard"
+    assert {t["tag"] for t in dormant.stats()["tags"]} >= {"module.grads"}
+    dormant.wake()
+    with pytest.raises(dormant.BusyError):
+        dormant.configure(backend="cuda")
+
+
+def test_region_needs_torch_and_cuda(mgr):
+    # No torch here: ImportError. With torch but on the host backend (a
+    # simulated device torch cannot use): NoDeviceError.
+    with pytest.raises((ImportError, dormant.NoDeviceError)):
+        with mgr.region("weights"):
+            pass
