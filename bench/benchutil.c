@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+#include "benchutil.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "util.h"
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+void json_init(struct json *j, FILE *f)
+{
+	memset(j, 0, sizeof(*j));
+	j->f = f;
+	j->first[0] = true;
+}
+
+static void write_escaped(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/* Comma, newline and indentation before a member, then its key. */
+static void member(struct json *j, const char *key)
+{
+	if (j->depth > 0) {
+		if (!j->first[j->depth])
+			fputc(',', j->f);
+		fputc('\n', j->f);
+		for (int i = 0; i < j->depth; i++)
+			fputs("  ", j->f);
+	}
+	j->first[j->depth] = false;
+	if (key) {
+		write_escaped(j->f, key);
+		fputs(": ", j->f);
+	}
+}
+
+static void open_container(struct json *j, const char *key, char c)
+{
+	member(j, key);
+	fputc(c, j->f);
+	assert(j->depth + 1 < JSON_DEPTH_MAX);
+	j->depth++;
+	j->first[j->depth] = true;
+}
+
+static void close_container(struct json *j, char c)
+{
+	bool empty = j->first[j->depth];
+
+	assert(j->depth > 0);
+	j->depth--;
+	if (!empty) {
+		fputc('\n', j->f);
+		for (int i = 0; i < j->depth; i++)
+			fputs("  ", j->f);
+	}
+	fputc(c, j->f);
+}
+
+void json_object_begin(struct json *j, const char *key)
+{
+	open_container(j, key, '{');
+}
+
+void json_object_end(struct json *j)
+{
+	close_container(j, '}');
+}
+
+void json_array_begin(struct json *j, const char *key)
+{
+	open_container(j, key, '[');
+}
+
+void json_array_end(struct json *j)
+{
+	close_container(j, ']');
+}
+
+void json_string(struct json *j, const char *key, const char *value)
+{
+	member(j, key);
+	if (value)
+		write_escaped(j->f, value);
+	else
+		fputs("null", j->f);
+}
+
+void json_u64(struct json *j, const char *key, uint64_t value)
+{
+	member(j, key);
+	fprintf(j->f, "%" PRIu64, value);
+}
+
+void json_i64(struct json *j, const char *key, int64_t value)
+{
+	member(j, key);
+	fprintf(j->f, "%" PRId64, value);
+}
+
+void json_double(struct json *j, const char *key, double value)
+{
+	member(j, key);
+	if (isfinite(value))
+		fprintf(j->f, "%.9g", value);
+	else
+		fputs("null", j->f);
+}
+
+void json_bool(struct json *j, const char *key, bool value)
+{
+	member(j, key);
+	fputs(value ? "true" : "false", j->f);
+}
+
+void json_null(struct json *j, const char *key)
+{
+	member(j, key);
+	fputs("null", j->f);
+}
+
+void json_finish(struct json *j)
+{
+	assert(j->depth == 0);
+	fputc('\n', j->f);
+	fflush(j->f);
+}
+
+/* ---- numbers ------------------------------------------------------------- */
+
+const char *bytes_human(uint64_t bytes, char *buf, size_t size)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+	double value = (double)bytes;
+	int unit = -1;
+
+	while (value >= 1024 && unit + 1 < (int)(sizeof(units) / sizeof(units[0]))) {
+		value /= 1024;
+		unit++;
+	}
+	if (unit < 0)
+		snprintf(buf, size, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, size, "%.*f %s", value < 100 ? 2 : 1, value, units[unit]);
+	return buf;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double median(const double *values, size_t count)
+{
+	double *sorted, result;
+
+	if (count == 0)
+		return NAN;
+	for (size_t i = 0; i < count; i++)
+		if (isnan(values[i]))
+			return NAN;
+	sorted = malloc(count * sizeof(*sorted));
+	if (!sorted)
+		return NAN;
+	memcpy(sorted, values, count * sizeof(*sorted));
+	qsort(sorted, count, sizeof(*sorted), compare_double);
+	result = count % 2 ? sorted[count / 2] : (sorted[count / 2 - 1] + sorted[count / 2]) / 2;
+	free(sorted);
+	return result;
+}
+
+double process_cpu_s(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) < 0)
+		return NAN;
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static uint64_t meminfo_field(const char *name)
+{
+	char line[256];
+	size_t len = strlen(name);
+	uint64_t kib = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, name, len) == 0 && line[len] == ':') {
+			kib = strtoull(line + len + 1, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return kib * 1024;
+}
+
+uint64_t host_mem_total(void)
+{
+	return meminfo_field("MemTotal");
+}
+
+uint64_t host_mem_available(void)
+{
+	return meminfo_field("MemAvailable");
+}
+
+int number_parse(const char *text, unsigned long long min, unsigned long long max,
+		 unsigned long long *ret)
+{
+	unsigned long long value;
+	char *end;
+
+	if (!text || *text < '0' || *text > '9')
+		return -1;
+	errno = 0;
+	value = strtoull(text, &end, 10);
+	if (errno || *end || value < min || value > max)
+		return -1;
+	*ret = value;
+	return 0;
+}
+
+/* ---- pinned host memory -------------------------------------------------- */
+
+#define PINNED_ALIGN (2 * MiB)
+
+int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
+		 struct pinned *ret)
+{
+	size_t mapped = round_up(MAX(size, (size_t)1), 4096);
+	size_t span = mapped + PINNED_ALIGN;
+	struct pinned p = { .size = mapped, .piece_bytes = piece_bytes };
+	uintptr_t base, aligned;
+	char *ptr;
+	int r;
+
+	if (piece_bytes == 0 || piece_bytes % 4096)
+		return error_set(-EINVAL, "pinned pieces must be a multiple of 4096 bytes");
+	ptr = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ptr == MAP_FAILED)
+		return error_set(-ENOMEM, "allocating %zu bytes of host memory: %s", size,
+				 strerror(errno));
+	base = (uintptr_t)ptr;
+	aligned = round_up(base, PINNED_ALIGN);
+	if (aligned > base)
+		munmap(ptr, aligned - base);
+	if (base + span > aligned + mapped)
+		munmap((void *)(aligned + mapped), base + span - aligned - mapped);
+	p.ptr = (void *)aligned;
+	madvise(p.ptr, mapped, MADV_HUGEPAGE);
+	/* Registering touched memory is far faster than untouched. */
+	workers_touch(w, p.ptr, mapped);
+	for (; p.pinned_bytes < mapped; p.pinned_bytes += piece_bytes) {
+		r = b->ops->host_pin(b, (char *)p.ptr + p.pinned_bytes,
+				    MIN(piece_bytes, mapped - p.pinned_bytes));
+		if (r < 0) {
+			pinned_free(b, &p);
+			return error_prefix(r, "pinning %zu bytes of host memory", size);
+		}
+	}
+	*ret = p;
+	return 0;
+}
+
+void pinned_free(struct backend *b, struct pinned *p)
+{
+	if (!p->ptr)
+		return;
+	for (size_t off = 0; off < p->pinned_bytes; off += p->piece_bytes)
+		b->ops->host_unpin(b, (char *)p->ptr + off);
+	munmap(p->ptr, p->size);
+	memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the benchmark programs share: a small JSON writer (the programs emit
+ * flat, known shapes, so no JSON library is needed), human-readable sizes,
+ * medians, process CPU time and the host's memory figures.
+ */
+#ifndef DORMANT_BENCHUTIL_H
+#define DORMANT_BENCHUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+#include "workers.h"
+
+#define JSON_DEPTH_MAX 16
+
+/* Writes one JSON document to f, pretty-printed. Keys are NULL inside
+ * arrays. Non-finite numbers are written as null. */
+struct json {
+	FILE *f;
+	int depth;
+	bool first[JSON_DEPTH_MAX];
+};
+
+void json_init(struct json *j, FILE *f);
+void json_object_begin(struct json *j, const char *key);
+void json_object_end(struct json *j);
+void json_array_begin(struct json *j, const char *key);
+void json_array_end(struct json *j);
+void json_string(struct json *j, const char *key, const char *value);
+void json_u64(struct json *j, const char *key, uint64_t value);
+void json_i64(struct json *j, const char *key, int64_t value);
+void json_double(struct json *j, const char *key, double value);
+void json_bool(struct json *j, const char *key, bool value);
+void json_null(struct json *j, const char *key);
+/* Ends the document with a newline. */
+void json_finish(struct json *j);
+
+/* "16.00 GiB", "64.0 MiB", "512 B": into buf, which is returned. */
+const char *bytes_human(uint64_t bytes, char *buf, size_t size);
+
+/* Median of values[0..count); NAN when count is 0 or any value is NaN.
+ * values is not modified. */
+double median(const double *values, size_t count);
+
+/* User plus system CPU seconds of the whole process (all threads). */
+double process_cpu_s(void);
+
+/* MemTotal and MemAvailable of /proc/meminfo in bytes; 0 if unknown. */
+uint64_t host_mem_total(void);
+uint64_t host_mem_available(void);
+
+/* Pinned host memory, as the engine makes it: 2 MiB aligned (huge pages
+ * advised), faulted in over the worker threads, then registered with the
+ * device in pieces of piece_bytes. A copy must stay inside one piece. */
+struct pinned {
+	void *ptr;
+	size_t size;        /* bytes mapped */
+	size_t piece_bytes;
+	size_t pinned_bytes;
+};
+
+/* Returns 0 or a negative errno with dormant_last_error() set. */
+int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
+		 struct pinned *ret);
+/* Unpin and unmap; accepts an empty one and leaves it empty. */
+void pinned_free(struct backend *b, struct pinned *p);
+
+/* Parse a whole decimal number in [min, max] into *ret; -1 otherwise. */
+int number_parse(const char *text, unsigned long long min, unsigned long long max,
+		 unsigned long long *ret);
+
+#endif
