@@ -67,10 +67,25 @@ DORMANT_EXPORT void *dormant_torch_malloc(size_t size, int device, void *stream)
 DORMANT_EXPORT void dormant_torch_free(void *ptr, size_t size, int device, void *stream)
 {
 	struct dormant *m = atomic_load(&torch_manager);
+	struct backend *b;
 
 	(void)size;
-	(void)device;
 	(void)stream;
-	if (m)
-		dormant_free(m, ptr);
+	if (!m || !ptr)
+		return;
+	/*
+	 * PyTorch's caching allocator gives a segment back once its blocks are
+	 * free in its own books, relying on cudaFree() to wait until the device
+	 * is idle. cuMemUnmap() does not wait, and kernels queued on any stream
+	 * may still use the segment: wait for the device here, as cudaFree()
+	 * would. (Segments go back rarely: on an out-of-memory retry, on
+	 * emptying a pool, when a pool is destroyed.)
+	 */
+	b = m->backend;
+	if (device >= 0 && device < b->ops->device_count(b) && b->ops->synchronize(b, device) < 0)
+		log_write(&m->log, DORMANT_LOG_WARNING,
+			  "PyTorch free of %p: synchronizing device %d: %s", ptr, device,
+			  dormant_last_error());
+	if (dormant_free(m, ptr) < 0)
+		log_write(&m->log, DORMANT_LOG_WARNING, "PyTorch free: %s", dormant_last_error());
 }
