@@ -80,7 +80,7 @@ class Daemon:
 def daemons(tmp_path):
     """A factory: daemons(n, *extra) starts n dormantd; all stop at the end."""
     if not DORMANTD:
-        pytest.skip("dormantd is not built")
+        pytest.fail("set DORMANTD to the dormantd binary (meson test does)")
     started = []
 
     def start(count=1, *extra, unix=False):
