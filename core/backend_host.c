@@ -3,8 +3,8 @@
  * The host backend: a simulated device on host memory, with the semantics of
  * the CUDA VMM path. Address ranges are reserved with mmap(PROT_NONE);
  * "physical memory" is a handle counted against a simulated capacity; mapping
- * puts fresh anonymous pages at the reserved address (filled with a poison
- * byte, since fresh device memory is not zeroed either), and unmapping puts
+ * puts fresh anonymous pages at the reserved address (poisoned, since fresh
+ * device memory is not zeroed either), and unmapping puts
  * the PROT_NONE reservation back, which returns the pages to the operating
  * system at once. Copies are memcpy, executed when issued.
  */
@@ -17,6 +17,10 @@
 
 #define HOST_GRANULARITY (2 * MiB)
 #define POISON_BYTE 0xa5
+/* Poison a line in every stride: enough for a missing zero-fill or restore
+ * to show, without faulting in every page of every mapping. */
+#define POISON_STRIDE (64 * KiB)
+#define POISON_LINE 64
 
 struct host_handle {
 	int device;
@@ -160,7 +164,9 @@ static int host_mem_map(struct backend *b, int device, uintptr_t va, size_t size
 	if (p == MAP_FAILED)
 		return error_set(-ENOMEM, "mapping %zu bytes at %#lx: %s", size, (unsigned long)va,
 				 strerror(errno));
-	memset(p, POISON_BYTE, size);
+	for (size_t off = 0; off < size; off += POISON_STRIDE)
+		memset((char *)p + off, POISON_BYTE, POISON_LINE);
+	memset((char *)p + size - POISON_LINE, POISON_BYTE, POISON_LINE);
 	return 0;
 }
 

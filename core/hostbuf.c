@@ -7,13 +7,13 @@
 
 #define HOSTBUF_ALIGN (2 * MiB)
 
-static void unpin_pieces(struct backend *b, char *ptr, size_t pinned_bytes)
+static void unpin_pieces(struct backend *b, char *ptr, size_t pinned_bytes, size_t piece)
 {
-	for (size_t off = 0; off < pinned_bytes; off += HOSTBUF_PIN_PIECE)
+	for (size_t off = 0; off < pinned_bytes; off += piece)
 		b->ops->host_unpin(b, ptr + off);
 }
 
-int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, bool pinned,
+int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, size_t pin_piece,
 		  struct hostbuf *ret)
 {
 	size_t mapped = round_up(size, 4096);
@@ -40,23 +40,23 @@ int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, bool pinned
 	ptr = (char *)aligned;
 	madvise(ptr, mapped, MADV_HUGEPAGE);
 
-	if (pinned) {
+	if (pin_piece) {
 		/* Registering touched memory is ten times faster than untouched. */
 		workers_touch(w, ptr, mapped);
-		for (; pinned_bytes < mapped; pinned_bytes += HOSTBUF_PIN_PIECE) {
+		for (; pinned_bytes < mapped; pinned_bytes += pin_piece) {
 			r = b->ops->host_pin(b, ptr + pinned_bytes,
-					     MIN(HOSTBUF_PIN_PIECE, mapped - pinned_bytes));
+					     MIN(pin_piece, mapped - pinned_bytes));
 			if (r < 0)
 				goto err_unpin;
 		}
 	}
 	ret->ptr = ptr;
 	ret->size = mapped;
-	ret->pinned = pinned;
+	ret->pin_piece = pin_piece;
 	return 0;
 
 err_unpin:
-	unpin_pieces(b, ptr, pinned_bytes);
+	unpin_pieces(b, ptr, pinned_bytes, pin_piece);
 	munmap(ptr, mapped);
 	return error_prefix(r, "pinning %zu bytes of host memory", size);
 }
@@ -65,8 +65,8 @@ void hostbuf_free(struct backend *b, struct hostbuf *hb)
 {
 	if (!hb->ptr)
 		return;
-	if (hb->pinned)
-		unpin_pieces(b, hb->ptr, hb->size);
+	if (hb->pin_piece)
+		unpin_pieces(b, hb->ptr, hb->size, hb->pin_piece);
 	munmap(hb->ptr, hb->size);
 	memset(hb, 0, sizeof(*hb));
 }

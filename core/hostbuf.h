@@ -16,18 +16,19 @@
 #include "backend.h"
 #include "workers.h"
 
-/* Largest piece registered at once. */
+/* Default size of the pieces registered at once ($DORMANT_PIN_PIECE_BYTES). */
 #define HOSTBUF_PIN_PIECE (256 * MiB)
 
 struct hostbuf {
-	void *ptr;       /* NULL: no buffer */
-	size_t size;     /* bytes mapped */
-	bool pinned;     /* registered in HOSTBUF_PIN_PIECE pieces */
+	void *ptr;         /* NULL: no buffer */
+	size_t size;       /* bytes mapped */
+	size_t pin_piece;  /* 0: not pinned; else registered in pieces this big */
 };
 
-/* Allocate at least size bytes; pinned ones are faulted in and registered.
+/* Allocate at least size bytes; with pin_piece > 0 they are faulted in and
+ * registered in pieces of pin_piece bytes (a multiple of the page size).
  * A fault-injection point (DORMANT_FAULT_HOST_ALLOC). */
-int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, bool pinned,
+int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, size_t pin_piece,
 		  struct hostbuf *ret);
 /* Unpin and unmap; accepts an empty buffer, leaves it empty. */
 void hostbuf_free(struct backend *b, struct hostbuf *hb);

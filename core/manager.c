@@ -123,8 +123,10 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 {
 	struct backend_config config = { 0 };
 	struct dormant_options o = { 0 };
+	size_t pin_piece = HOSTBUF_PIN_PIECE;
 	pthread_condattr_t attr;
 	struct dormant *m;
+	const char *env;
 	int r;
 
 	if (!ret)
@@ -132,6 +134,14 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	r = options_resolve(opts, &o);
 	if (r < 0)
 		return r;
+	/* A tuning knob, and lets tests split copies without gigabytes. */
+	if ((env = getenv("DORMANT_PIN_PIECE_BYTES")) && *env) {
+		r = size_parse(env, &pin_piece);
+		if (r < 0)
+			return error_prefix(r, "DORMANT_PIN_PIECE_BYTES");
+		if (pin_piece == 0 || pin_piece % 4096)
+			return error_set(-EINVAL, "DORMANT_PIN_PIECE_BYTES must be a multiple of 4096");
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
@@ -159,7 +169,8 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 		error_set(r, "starting copy threads");
 		goto err_backend;
 	}
-	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes);
+	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
+		    pin_piece);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -29,7 +29,8 @@ static bool is_keep(const struct xfer_item *it)
 /* ---- per-device resources ------------------------------------------------ */
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
-		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes)
+		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes,
+		 size_t pin_piece)
 {
 	memset(e, 0, sizeof(*e));
 	e->backend = b;
@@ -37,6 +38,7 @@ void engine_init(struct engine *e, struct backend *b, struct workers *w,
 	e->log = *log;
 	e->mode = mode;
 	e->staging_bytes = staging_bytes;
+	e->pin_piece = pin_piece;
 }
 
 static void device_finish(struct engine *e, int d)
@@ -104,7 +106,7 @@ static int staging_ready(struct engine *e, int d)
 
 	if (ed->staging.ptr)
 		return 0;
-	r = hostbuf_alloc(e->backend, e->workers, e->staging_bytes, true, &ed->staging);
+	r = hostbuf_alloc(e->backend, e->workers, e->staging_bytes, e->pin_piece, &ed->staging);
 	if (r < 0)
 		return error_prefix(r, "allocating the staging ring");
 	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
@@ -289,7 +291,7 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset, 
 	unsigned index;
 	int slot = -1, r;
 
-	if (!c->host.pinned) {
+	if (!c->host.pin_piece) {
 		slot = free_slot(p);
 		if (slot < 0)
 			return slot;
@@ -331,7 +333,7 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset, 
 static int issue_chunk(struct pipeline *p, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
-	size_t piece = c->host.pinned ? HOSTBUF_PIN_PIECE : p->ed->slot_bytes;
+	size_t piece = c->host.pin_piece ? c->host.pin_piece : p->ed->slot_bytes;
 	int r;
 
 	for (size_t off = 0; off < c->data_bytes; off += piece) {
@@ -390,12 +392,12 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			continue;
 		if (!c->host.ptr) {
 			r = hostbuf_alloc(e->backend, e->workers, c->data_bytes,
-					  e->mode == DORMANT_HOST_RETAIN, &c->host);
+					  e->mode == DORMANT_HOST_RETAIN ? e->pin_piece : 0, &c->host);
 			if (r < 0)
 				goto err;
 			account_host(it->tag, (int64_t)c->host.size);
 		}
-		if (!c->host.pinned) {
+		if (!c->host.pin_piece) {
 			r = staging_ready(e, d);
 			if (r < 0)
 				goto err;
@@ -528,7 +530,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 		if (it->alloc->device != d || !it->mapped_here || !is_keep(it) ||
 		    !it->chunk->host_valid)
 			continue;
-		if (!it->chunk->host.pinned) {
+		if (!it->chunk->host.pin_piece) {
 			r = staging_ready(e, d);
 			if (r < 0)
 				goto err;

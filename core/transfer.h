@@ -51,6 +51,7 @@ struct engine {
 	struct logger log;
 	enum dormant_host_mode mode;
 	size_t staging_bytes;
+	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -72,7 +73,8 @@ struct xfer_totals {
 };
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
-		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes);
+		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes,
+		 size_t pin_piece);
 void engine_finish(struct engine *e);
 
 /* items: every mapped chunk of the tags going to sleep. */
