@@ -487,6 +487,9 @@ static const enum dormant_fault_op chaos_ops[] = {
  * byte intact, leak nothing, and the next cycle must work. */
 static void chaos_sleep(enum dormant_host_mode mode)
 {
+	/* holds the CUDA primary context, so each scene does not recreate it */
+	struct dormant *anchor = manager();
+
 	for (size_t o = 0; o < sizeof(chaos_ops) / sizeof(chaos_ops[0]); o++) {
 		int failures = 0;
 
@@ -526,6 +529,7 @@ static void chaos_sleep(enum dormant_host_mode mode)
 		if (chaos_ops[o] != DORMANT_FAULT_CREATE && chaos_ops[o] != DORMANT_FAULT_MAP)
 			cr_expect_gt(failures, 0, "op %d was never reached by a sleep", chaos_ops[o]);
 	}
+	dormant_destroy(anchor);
 }
 
 Test(chaos, sleep_rolls_back_at_every_fault_point_release, .timeout = 120)
@@ -543,6 +547,8 @@ Test(chaos, sleep_rolls_back_at_every_fault_point_retain, .timeout = 120)
  * tags stay asleep with their host copies, and the same wake then works. */
 static void chaos_wake(enum dormant_host_mode mode, int error)
 {
+	struct dormant *anchor = manager(); /* see chaos_sleep() */
+
 	for (size_t o = 0; o < sizeof(chaos_ops) / sizeof(chaos_ops[0]); o++) {
 		int failures = 0;
 
@@ -576,6 +582,7 @@ static void chaos_wake(enum dormant_host_mode mode, int error)
 		if (chaos_ops[o] != DORMANT_FAULT_HOST_ALLOC)
 			cr_expect_gt(failures, 0, "op %d was never reached by a wake", chaos_ops[o]);
 	}
+	dormant_destroy(anchor);
 }
 
 Test(chaos, wake_fails_cleanly_at_every_fault_point_release, .timeout = 120)
