@@ -946,59 +946,58 @@ static struct derived derive(const struct bench *b, const struct cycle *c)
 	return d;
 }
 
-/* Medians over the warm cycles (all but the first). */
+/* The per-cycle figures that get a median over the warm cycles. */
+enum figure {
+	FIG_SLEEP_S, FIG_WAKE_S, FIG_SLEEP_GBPS, FIG_WAKE_GBPS, FIG_SLEEP_RATIO, FIG_WAKE_RATIO,
+	FIG_SLEEP_CPU_S, FIG_WAKE_CPU_S, FIG_RETURNED_PCT, FIG_HOST_ASLEEP, FIG_HOST_AWAKE,
+	FIG_HOST_SETTLED, FIG_SETTLE_S, FIGURES,
+};
+
+static void figures_of(const struct bench *b, const struct cycle *c, double ret[FIGURES])
+{
+	struct derived d = derive(b, c);
+
+	ret[FIG_SLEEP_S] = c->sleep.duration_s;
+	ret[FIG_WAKE_S] = c->wake.duration_s;
+	ret[FIG_SLEEP_GBPS] = d.sleep_gbps;
+	ret[FIG_WAKE_GBPS] = d.wake_gbps;
+	ret[FIG_SLEEP_RATIO] = d.sleep_ratio;
+	ret[FIG_WAKE_RATIO] = d.wake_ratio;
+	ret[FIG_SLEEP_CPU_S] = c->sleep.cpu_s;
+	ret[FIG_WAKE_CPU_S] = c->wake.cpu_s;
+	ret[FIG_RETURNED_PCT] = d.returned_pct;
+	ret[FIG_HOST_ASLEEP] = (double)c->host_asleep_bytes;
+	ret[FIG_HOST_AWAKE] = (double)c->host_awake_bytes;
+	ret[FIG_HOST_SETTLED] = (double)c->host_settled_bytes;
+	ret[FIG_SETTLE_S] = c->settle_s;
+}
+
+/* Medians over the warm cycles (all but the first); NAN where none. */
 struct medians {
 	unsigned warm;
-	double sleep_s, wake_s, sleep_gbps, wake_gbps, sleep_ratio, wake_ratio;
-	double sleep_cpu_s, wake_cpu_s, returned_pct;
-	double host_asleep, host_awake, host_settled, settle_s;
+	double value[FIGURES];
 };
 
 static struct medians medians_compute(const struct bench *b)
 {
 	unsigned n = b->cycles_done > 1 ? b->cycles_done - 1 : 0;
 	struct medians md = { .warm = n };
-	double *v = calloc(MAX(n, 1u) * 15, sizeof(*v));
-	double *col[15];
+	double (*rows)[FIGURES] = calloc(MAX(n, 1u), sizeof(*rows));
+	double *column = calloc(MAX(n, 1u), sizeof(*column));
 
-	if (!v) {
-		md.warm = 0;
-		n = 0;
+	for (int f = 0; f < FIGURES; f++)
+		md.value[f] = NAN;
+	if (!rows || !column)
+		md.warm = n = 0;
+	for (unsigned i = 0; i < n; i++)
+		figures_of(b, &b->cycles[i + 1], rows[i]);
+	for (int f = 0; f < FIGURES && n; f++) {
+		for (unsigned i = 0; i < n; i++)
+			column[i] = rows[i][f];
+		md.value[f] = median(column, n);
 	}
-	for (int k = 0; k < 15; k++)
-		col[k] = v ? v + (size_t)k * MAX(n, 1u) : NULL;
-	for (unsigned i = 0; i < n; i++) {
-		const struct cycle *c = &b->cycles[i + 1];
-		struct derived d = derive(b, c);
-
-		col[0][i] = c->sleep.duration_s;
-		col[1][i] = c->wake.duration_s;
-		col[2][i] = d.sleep_gbps;
-		col[3][i] = d.wake_gbps;
-		col[4][i] = d.sleep_ratio;
-		col[5][i] = d.wake_ratio;
-		col[6][i] = c->sleep.cpu_s;
-		col[7][i] = c->wake.cpu_s;
-		col[8][i] = d.returned_pct;
-		col[9][i] = (double)c->host_asleep_bytes;
-		col[10][i] = (double)c->host_awake_bytes;
-		col[11][i] = (double)c->host_settled_bytes;
-		col[12][i] = c->settle_s;
-	}
-	md.sleep_s = median(col[0], n);
-	md.wake_s = median(col[1], n);
-	md.sleep_gbps = median(col[2], n);
-	md.wake_gbps = median(col[3], n);
-	md.sleep_ratio = median(col[4], n);
-	md.wake_ratio = median(col[5], n);
-	md.sleep_cpu_s = median(col[6], n);
-	md.wake_cpu_s = median(col[7], n);
-	md.returned_pct = median(col[8], n);
-	md.host_asleep = median(col[9], n);
-	md.host_awake = median(col[10], n);
-	md.host_settled = median(col[11], n);
-	md.settle_s = median(col[12], n);
-	free(v);
+	free(column);
+	free(rows);
 	return md;
 }
 
@@ -1083,10 +1082,14 @@ static void table_print(const struct bench *b, const struct medians *md)
 			  d.returned_pct, (double)c->host_asleep_bytes, (double)c->host_awake_bytes,
 			  (double)c->host_settled_bytes);
 	}
-	if (md->warm)
-		print_row("median", md->sleep_s, md->sleep_gbps, md->sleep_ratio, md->sleep_cpu_s,
-			  md->wake_s, md->wake_gbps, md->wake_ratio, md->wake_cpu_s,
-			  md->returned_pct, md->host_asleep, md->host_awake, md->host_settled);
+	if (md->warm) {
+		const double *v = md->value;
+
+		print_row("median", v[FIG_SLEEP_S], v[FIG_SLEEP_GBPS], v[FIG_SLEEP_RATIO],
+			  v[FIG_SLEEP_CPU_S], v[FIG_WAKE_S], v[FIG_WAKE_GBPS], v[FIG_WAKE_RATIO],
+			  v[FIG_WAKE_CPU_S], v[FIG_RETURNED_PCT], v[FIG_HOST_ASLEEP],
+			  v[FIG_HOST_AWAKE], v[FIG_HOST_SETTLED]);
+	}
 	printf("(median: of the %u warm cycles; GB/s: kept bytes per second, 1e9 bytes; ceil "
 	       "ratio: to the pinned copy ceiling; GPU back: device bytes freed by sleep / bytes "
 	       "managed; host: copies + pinned staging; settled: after background frees)\n",
@@ -1233,21 +1236,26 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 	json_array_end(&j);
 
 	if (md->warm) {
+		static const char *const keys[FIGURES] = {
+			[FIG_SLEEP_S] = "sleep_s",
+			[FIG_WAKE_S] = "wake_s",
+			[FIG_SLEEP_GBPS] = "sleep_gbps",
+			[FIG_WAKE_GBPS] = "wake_gbps",
+			[FIG_SLEEP_RATIO] = "sleep_ceiling_ratio",
+			[FIG_WAKE_RATIO] = "wake_ceiling_ratio",
+			[FIG_SLEEP_CPU_S] = "sleep_cpu_s",
+			[FIG_WAKE_CPU_S] = "wake_cpu_s",
+			[FIG_RETURNED_PCT] = "gpu_returned_pct",
+			[FIG_HOST_ASLEEP] = "host_asleep_bytes",
+			[FIG_HOST_AWAKE] = "host_awake_bytes",
+			[FIG_HOST_SETTLED] = "host_awake_settled_bytes",
+			[FIG_SETTLE_S] = "settle_s",
+		};
+
 		json_object_begin(&j, "medians");
 		json_u64(&j, "warm_cycles", md->warm);
-		json_double(&j, "sleep_s", md->sleep_s);
-		json_double(&j, "wake_s", md->wake_s);
-		json_double(&j, "sleep_gbps", md->sleep_gbps);
-		json_double(&j, "wake_gbps", md->wake_gbps);
-		json_double(&j, "sleep_ceiling_ratio", md->sleep_ratio);
-		json_double(&j, "wake_ceiling_ratio", md->wake_ratio);
-		json_double(&j, "sleep_cpu_s", md->sleep_cpu_s);
-		json_double(&j, "wake_cpu_s", md->wake_cpu_s);
-		json_double(&j, "gpu_returned_pct", md->returned_pct);
-		json_double(&j, "host_asleep_bytes", md->host_asleep);
-		json_double(&j, "host_awake_bytes", md->host_awake);
-		json_double(&j, "host_awake_settled_bytes", md->host_settled);
-		json_double(&j, "settle_s", md->settle_s);
+		for (int fig = 0; fig < FIGURES; fig++)
+			json_double(&j, keys[fig], md->value[fig]);
 		json_object_end(&j);
 	} else {
 		json_null(&j, "medians");
