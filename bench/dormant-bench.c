@@ -387,8 +387,10 @@ static uint64_t splitmix64(uint64_t *state)
 	return z ^ (z >> 31);
 }
 
-/* Word index of a tensor: distinct keys and indices give distinct words, so
- * a chunk restored at the wrong place or from the wrong tensor shows. */
+/* The word at index of the tensor with this key: within one tensor no two
+ * words are equal (each step is a bijection of index), and every tensor has
+ * its own key, so a chunk restored at the wrong offset or from the wrong
+ * tensor shows. */
 static inline uint64_t pattern_word(uint64_t key, uint64_t index)
 {
 	uint64_t x = key ^ (index * 0x9e3779b97f4a7c15ull);

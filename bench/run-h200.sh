@@ -1,14 +1,15 @@
 #!/bin/bash
 # The benchmark matrix of issue 5, for the H200 machine: one JSON file per run,
-# a log with every table, and machine.txt, in one folder. About 4-6 minutes;
-# it stops starting runs after BUDGET_S seconds (the rest is logged as skipped).
+# a log with every table, and machine.txt, in one folder. About 4-6 minutes,
+# never more than LIMIT_S seconds: a run gets at most the time left (and 240 s),
+# none starts with less than 20 s left (it is logged as skipped).
 #
 #   bench/run-h200.sh [OUT_DIR]           OUT_DIR defaults to $OUT
 #
 # Environment:
 #   BUILD=build-gpu    build folder holding bench/dormant-bench and bench/probe-vmm
 #   BACKEND=cuda       cuda on the GPU machine; host only to try the script
-#   BUDGET_S=450       no new run starts after this many seconds
+#   LIMIT_S=540        the whole script's time limit
 #   QUICK=1            every size / 256 (16 GiB -> 64 MiB): checks the script
 #                      itself in seconds, on any machine (with BACKEND=host)
 #
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 build=${BUILD:-build-gpu}
 backend=${BACKEND:-cuda}
-budget_s=${BUDGET_S:-450}
+limit_s=${LIMIT_S:-540}
 quick=${QUICK:-0}
 out=${1:-${OUT:-}}
 if [ -z "$out" ]; then
@@ -59,23 +60,24 @@ say() {
 
 # run LABEL PROGRAM ARGS...: one measurement, its JSON in OUT_DIR/LABEL.json.
 run() {
-	local label=$1 program=$2 t0 rc elapsed
+	local label=$1 program=$2 t0 rc left
 	shift 2
-	elapsed=$((SECONDS - start_s))
-	if [ "$elapsed" -ge "$budget_s" ]; then
-		say "== $label: skipped: ${elapsed} s used of the ${budget_s} s budget"
-		summary+=("$label skipped (time budget)")
+	left=$((limit_s - (SECONDS - start_s)))
+	if [ "$left" -lt 20 ]; then
+		say "== $label: skipped: ${left} s left of the ${limit_s} s limit"
+		summary+=("$label skipped (time limit)")
 		return
 	fi
+	[ "$left" -gt 240 ] && left=240
 	say "== $label: $program $*"
 	t0=$SECONDS
-	timeout 240 "$program" --backend "$backend" --label "$label" \
+	timeout "$left" "$program" --backend "$backend" --label "$label" \
 		--json-out "$out/$label.json" "$@" >>"$log" 2>&1
 	rc=$?
 	case $rc in
 	0) summary+=("$label ok ($((SECONDS - t0)) s)") ;;
 	77) summary+=("$label skipped (does not fit, see the log)") ;;
-	124) summary+=("$label FAILED: timed out after 240 s"); failed=1 ;;
+	124) summary+=("$label FAILED: timed out after $left s"); failed=1 ;;
 	*) summary+=("$label FAILED: exit status $rc"); failed=1 ;;
 	esac
 	say "-- $label: exit status $rc after $((SECONDS - t0)) s"
@@ -92,7 +94,7 @@ run() {
 	if command -v nvidia-smi >/dev/null; then
 		nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
 	fi
-	echo "backend: $backend; quick: $quick; budget: $budget_s s"
+	echo "backend: $backend; quick: $quick; time limit: $limit_s s"
 } >"$out/machine.txt" 2>&1
 say "machine:"
 sed 's/^/  /' "$out/machine.txt" | tee -a "$log"
