@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -390,6 +391,19 @@ static int parse_options(int argc, char **argv, struct options *o)
 	return 0;
 }
 
+/* Each request in flight holds a socket: make room for them within the hard
+ * limit (the usual soft limit of 1024 is below --concurrency 4096). */
+static void raise_fd_limit(unsigned concurrency)
+{
+	struct rlimit lim;
+	rlim_t want = (rlim_t)concurrency + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= want)
+		return;
+	lim.rlim_cur = lim.rlim_max == RLIM_INFINITY || lim.rlim_max > want ? want : lim.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &lim);
+}
+
 static int collect_endpoints(struct options *o, int argc, char **argv,
 			     struct ctl_endpoints *list)
 {
@@ -455,6 +469,7 @@ int main(int argc, char **argv)
 		status = EXIT_FAILED;
 		goto out;
 	}
+	raise_fd_limit(o.run.concurrency);
 	o.run.body = body;
 	o.run.token = token;
 	o.run.keep_responses = o.json;
