@@ -1159,6 +1159,7 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 	json_u64(&j, "cycles", o->cycles);
 	json_u64(&j, "chunk_bytes", b->m->chunk_bytes);
 	json_u64(&j, "staging_bytes", b->m->engine.staging_bytes);
+	json_u64(&j, "pin_piece_bytes", b->m->engine.pin_piece);
 	json_u64(&j, "copy_threads", workers_threads(b->m->workers));
 	json_u64(&j, "granularity_bytes", b->granularity);
 	json_u64(&j, "ceiling_reps", o->ceiling_reps);
