@@ -709,7 +709,8 @@ static int snapshot_take(struct bench *b, struct snapshot *ret)
 
 /* Skip (EXIT_SKIP) when the run cannot fit: the device must hold the tensors
  * (and, before them, the ceiling's buffer); the host must hold the kept bytes
- * (pinned in retain mode) and, on the host backend, the device's bytes too. */
+ * (pinned in retain mode) and, on the host backend, the device's bytes too.
+ * The pattern buffer is already allocated, so MemAvailable has counted it. */
 static int fit_check(struct bench *b)
 {
 	const struct backend_ops *ops = b->m->backend->ops;
@@ -717,8 +718,8 @@ static int fit_check(struct bench *b)
 	uint64_t host_total = host_mem_total();
 	uint64_t dev_run = b->keep_reserved + b->discard_reserved;
 	uint64_t dev_ceiling = b->opt.ceiling_reps ? round_up(b->opt.keep_bytes, b->granularity) : 0;
-	uint64_t host_run = b->opt.keep_bytes + b->pattern.size;
-	uint64_t host_ceiling = b->opt.ceiling_reps ? b->opt.keep_bytes + b->pattern.size : 0;
+	uint64_t host_run = b->opt.keep_bytes;
+	uint64_t host_ceiling = b->opt.ceiling_reps ? b->opt.keep_bytes : 0;
 	uint64_t dev_need, host_need, margin = host_total / 20;
 	char need_text[32], have_text[32];
 
