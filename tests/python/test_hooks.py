@@ -93,7 +93,8 @@ def test_before_hook_exception_over_http(mgr, server, caplog):
     mgr.on_sleep(lambda: 1 / 0)
     with caplog.at_level(logging.ERROR, logger="dormant"):
         r = http("POST", server.url + "/sleep")
-    assert 400 <= r.status < 600, r
+    assert r.status == 409, r
+    assert r.json["type"].endswith("cancelled")
     assert r.json["status"] == r.status
     assert "hook" in r.json["detail"]
     assert r.json["report"]["state"] == "awake"
