@@ -9,7 +9,7 @@
 # Environment:
 #   BUILD=build-gpu    build folder holding bench/dormant-bench and bench/probe-vmm
 #   BACKEND=cuda       cuda on the GPU machine; host only to try the script
-#   LIMIT_S=540        the whole script's time limit
+#   LIMIT_S=540        the whole script's time limit (BUDGET_S: the same)
 #   QUICK=1            every size / 256 (16 GiB -> 64 MiB): checks the script
 #                      itself in seconds, on any machine (with BACKEND=host)
 #
@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 build=${BUILD:-build-gpu}
 backend=${BACKEND:-cuda}
-limit_s=${LIMIT_S:-540}
+limit_s=${LIMIT_S:-${BUDGET_S:-540}}
 quick=${QUICK:-0}
 out=${1:-${OUT:-}}
 if [ -z "$out" ]; then
