@@ -385,7 +385,8 @@ void api_handle_transition(struct api_context *ctx, enum api_kind kind, bool lev
 	}
 	if (!parse_query(req, level_allowed, list, resp))
 		goto out;
-	if (req->body_size > 0 && !is_json_media_type(req->content_type)) {
+	/* an empty or blank body says nothing: no type needed */
+	if (!body_is_blank(req) && !is_json_media_type(req->content_type)) {
 		char shown[64];
 
 		quote(shown, sizeof(shown), req->content_type ? req->content_type : "none");

@@ -221,9 +221,13 @@ static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connec
 				    "this server needs an Authorization: Bearer token");
 	if (!rq->route)
 		return send_problem(connection, rq, 404, "not-found", "no such path");
-	if (!route_allows(rq->route, method))
-		return send_problem(connection, rq, 405, "method-not-allowed",
-				    route_allow_header(rq->route));
+	if (!route_allows(rq->route, method)) {
+		char detail[128];
+
+		snprintf(detail, sizeof(detail), "%s takes %s only", rq->route->path,
+			 route_allow_header(rq->route));
+		return send_problem(connection, rq, 405, "method-not-allowed", detail);
+	}
 	length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
 					     MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (length) {
@@ -631,12 +635,14 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	s->daemon = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG,
 		0, NULL, NULL, on_request, s,
+		/* first, so that no message of the options below gets printed */
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
-		MHD_OPTION_THREAD_POOL_SIZE, threads,
 		MHD_OPTION_CONNECTION_LIMIT, connections,
 		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+		/* one thread is the polling thread itself, not a pool */
+		threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads,
 		MHD_OPTION_END);
 	atomic_store(&s->starting, false);
 	if (!s->daemon) {
@@ -679,8 +685,12 @@ DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
 	 * the daemon stops, as libmicrohttpd asks; if it cannot be had back,
 	 * the daemon closes it. */
 	fd = MHD_quiesce_daemon(s->daemon);
-	if (fd != MHD_INVALID_SOCKET)
+	if (fd != MHD_INVALID_SOCKET) {
 		s->listen_fd = fd;
+		/* refuse new connections now rather than leave them waiting in
+		 * the backlog of a socket nobody accepts on */
+		shutdown(fd, SHUT_RDWR);
+	}
 	unix_path_remove(s);
 
 	pthread_mutex_lock(&s->lock);

@@ -1,0 +1,660 @@
+/* SPDX-License-Identifier: MIT */
+/* The server itself: options, authentication, Unix sockets, limits, the
+ * access log. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+
+TestSuite(server, .timeout = 60);
+
+/* ---- options ------------------------------------------------------------- */
+
+static int start_with(struct fixture *f, const struct dormant_server_options *opts)
+{
+	struct fixture_config config = { .no_server = true };
+	struct dormant_server *s = NULL;
+	int r;
+
+	fixture_start(f, &config);
+	r = dormant_server_start(f->m, opts, &s);
+	if (r == 0)
+		dormant_server_stop(s);
+	return r;
+}
+
+Test(server, bad_options)
+{
+	static const char *const bad_listen[] = {
+		"nonsense", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:-1",
+		"127.0.0.1:80x", ":8787", "[::1]8787", "[::1", "::1:8787", "no-such-host.invalid:0",
+	};
+	struct fixture f;
+
+	for (size_t i = 0; i < sizeof(bad_listen) / sizeof(bad_listen[0]); i++) {
+		struct dormant_server_options o = { .listen = bad_listen[i], .quiet = true };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL, "%s: %s", bad_listen[i],
+			     dormant_last_error());
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0", .threads = 100000 };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0", .threads = 8,
+						    .max_connections = 4 };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+						    .connection_timeout_s = 1000000 };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+						    .unix_path = "/tmp/x.sock" };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0", .token = "" };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+						    .token = "has space" };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	{
+		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+						    .token_file = "/nonexistent/token" };
+
+		cr_expect_eq(start_with(&f, &o), -EINVAL);
+		fixture_stop(&f);
+	}
+	cr_expect_eq(dormant_server_start(NULL, NULL, NULL), -EINVAL);
+	dormant_server_stop(NULL);
+}
+
+Test(server, port_zero_and_address_in_use)
+{
+	struct fixture f;
+	struct dormant_server_options o = { .quiet = true };
+	struct dormant_server *second = NULL;
+	char listen[64];
+	int port;
+
+	fixture_start(&f, NULL);
+	port = dormant_server_port(f.server);
+	cr_assert_gt(port, 0);
+	snprintf(listen, sizeof(listen), "http://127.0.0.1:%d", port);
+	cr_assert_str_eq(dormant_server_url(f.server), listen);
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	o.listen = listen;
+	cr_assert_eq(dormant_server_start(f.m, &o, &second), -EADDRINUSE, "%s",
+		     dormant_last_error());
+	cr_assert_null(second);
+	fixture_stop(&f);
+}
+
+Test(server, ipv6_loopback)
+{
+	struct fixture_config config = { .server = { .listen = "[::1]:0" } };
+	struct fixture f;
+	struct http_response r;
+	int fd = socket(AF_INET6, SOCK_STREAM, 0);
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+
+	/* skip where the machine has no IPv6 loopback */
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		cr_skip_test("no IPv6 loopback here");
+	}
+	close(fd);
+	fixture_start(&f, &config);
+	cr_assert(strncmp(dormant_server_url(f.server), "http://[::1]:", 13) == 0, "%s",
+		  dormant_server_url(f.server));
+	http_get(&f, "/healthz", &r);
+	cr_assert_eq(r.status, 200);
+	http_response_free(&r);
+	fixture_stop(&f);
+}
+
+/* ---- authentication ------------------------------------------------------ */
+
+static void expect_status(struct fixture *f, const char *method, const char *path,
+			  const char *authorization, long status)
+{
+	const char *headers[] = { authorization, NULL };
+	struct http_request req = { .method = method, .path = path,
+				    .headers = authorization ? headers : NULL };
+	struct http_response r;
+	char value[128];
+
+	http_do(f, &req, &r);
+	cr_assert_eq(r.status, status, "%s %s with '%s': %ld %s", method, path,
+		     authorization ? authorization : "", r.status, r.body);
+	if (status == 401) {
+		assert_problem(&r, 401, "unauthorized");
+		cr_assert(http_header(&r, "WWW-Authenticate", value, sizeof(value)));
+		cr_assert(strncmp(value, "Bearer", 6) == 0, "%s", value);
+	}
+	http_response_free(&r);
+}
+
+Test(server, token_required)
+{
+	struct fixture_config config = { .server = { .token = "s3cret-token" } };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	expect_status(&f, "GET", "/stats", NULL, 401);
+	expect_status(&f, "POST", "/sleep", NULL, 401);
+	expect_status(&f, "GET", "/healthz", NULL, 401);
+	expect_status(&f, "GET", "/metrics", NULL, 401);
+	expect_status(&f, "GET", "/openapi.yaml", NULL, 401);
+	/* unknown paths reveal nothing to strangers */
+	expect_status(&f, "GET", "/nope", NULL, 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer wrong", 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer s3cret-toke", 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer s3cret-tokenX", 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Basic czNjcmV0LXRva2Vu", 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer", 401);
+	expect_status(&f, "GET", "/stats", "Authorization: s3cret-token", 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer s3cret-token", 200);
+	expect_status(&f, "GET", "/stats", "Authorization: bearer   s3cret-token", 200);
+	expect_status(&f, "GET", "/nope", "Authorization: Bearer s3cret-token", 404);
+	expect_status(&f, "POST", "/sleep", "Authorization: Bearer s3cret-token", 200);
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+	fixture_stop(&f);
+}
+
+Test(server, wrong_token_says_invalid_token)
+{
+	struct fixture_config config = { .server = { .token = "abc" } };
+	const char *headers[] = { "Authorization: Bearer abd", NULL };
+	struct http_request req = { .path = "/stats", .headers = headers };
+	struct fixture f;
+	struct http_response r;
+	char value[128];
+
+	fixture_start(&f, &config);
+	http_do(&f, &req, &r);
+	cr_assert(http_header(&r, "WWW-Authenticate", value, sizeof(value)));
+	cr_assert(strstr(value, "invalid_token"), "%s", value);
+	http_response_free(&r);
+	fixture_stop(&f);
+}
+
+Test(server, open_probes)
+{
+	struct fixture_config config = { .server = { .token = "t0k", .open_probes = true } };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	expect_status(&f, "GET", "/healthz", NULL, 200);
+	expect_status(&f, "GET", "/readyz", NULL, 200);
+	expect_status(&f, "GET", "/metrics", NULL, 200);
+	expect_status(&f, "GET", "/stats", NULL, 401);
+	expect_status(&f, "GET", "/is_sleeping", NULL, 401);
+	expect_status(&f, "POST", "/wake", NULL, 401);
+	expect_status(&f, "GET", "/openapi.yaml", NULL, 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer t0k", 200);
+	fixture_stop(&f);
+}
+
+Test(server, token_from_environment)
+{
+	struct fixture f;
+
+	setenv("DORMANT_TOKEN", "from-env", 1);
+	fixture_start(&f, NULL);
+	expect_status(&f, "GET", "/stats", NULL, 401);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer from-env", 200);
+	fixture_stop(&f);
+	unsetenv("DORMANT_TOKEN");
+}
+
+Test(server, token_from_files)
+{
+	char path[] = "/tmp/dormant-token-XXXXXX";
+	int fd = mkstemp(path);
+	struct fixture f;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "  file-token\n\n", 14), 14);
+	close(fd);
+	{
+		struct fixture_config config = { .server = { .token_file = path } };
+
+		fixture_start(&f, &config);
+		expect_status(&f, "GET", "/stats", NULL, 401);
+		expect_status(&f, "GET", "/stats", "Authorization: Bearer file-token", 200);
+		fixture_stop(&f);
+	}
+	setenv("DORMANT_TOKEN_FILE", path, 1);
+	fixture_start(&f, NULL);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer file-token", 200);
+	expect_status(&f, "GET", "/stats", NULL, 401);
+	fixture_stop(&f);
+	unsetenv("DORMANT_TOKEN_FILE");
+	/* an option beats the environment */
+	setenv("DORMANT_TOKEN", "from-env", 1);
+	{
+		struct fixture_config config = { .server = { .token = "opt" } };
+
+		fixture_start(&f, &config);
+		expect_status(&f, "GET", "/stats", "Authorization: Bearer from-env", 401);
+		expect_status(&f, "GET", "/stats", "Authorization: Bearer opt", 200);
+		fixture_stop(&f);
+	}
+	unsetenv("DORMANT_TOKEN");
+	unlink(path);
+}
+
+Test(server, no_token_no_auth)
+{
+	struct fixture f;
+
+	unsetenv("DORMANT_TOKEN");
+	unsetenv("DORMANT_TOKEN_FILE");
+	fixture_start(&f, NULL);
+	expect_status(&f, "GET", "/stats", NULL, 200);
+	expect_status(&f, "GET", "/stats", "Authorization: Bearer anything", 200);
+	fixture_stop(&f);
+}
+
+/* ---- Unix socket --------------------------------------------------------- */
+
+Test(server, unix_socket)
+{
+	struct fixture_config config = { 0 };
+	struct fixture f;
+	struct http_response r;
+	char path[108], url[128];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/tmp/dormant-test-%d.sock", (int)getpid());
+	unlink(path);
+	config.server.unix_path = path;
+	fixture_start(&f, &config);
+	snprintf(url, sizeof(url), "unix:%s", path);
+	cr_assert_str_eq(dormant_server_url(f.server), url);
+	cr_assert_eq(dormant_server_port(f.server), 0);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert(S_ISSOCK(st.st_mode));
+	cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+	http_get(&f, "/healthz", &r);
+	cr_assert_eq(r.status, 200);
+	http_response_free(&r);
+	http_post(&f, "/sleep", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	http_post(&f, "/wake", "{\"tags\": null}", &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	cr_assert(weights_intact(&f));
+
+	/* a second server cannot take a live socket */
+	{
+		struct dormant_server_options o = { .unix_path = path, .quiet = true };
+		struct dormant_server *second = NULL;
+
+		cr_assert_eq(dormant_server_start(f.m, &o, &second), -EADDRINUSE);
+	}
+	fixture_stop(&f);
+	cr_assert_neq(stat(path, &st), 0, "the socket file stays after stop");
+}
+
+Test(server, unix_socket_stale_and_bad_paths)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct dormant_server_options o = { .quiet = true };
+	struct dormant_server *s = NULL;
+	struct fixture f;
+	char path[108], file[108], longpath[200];
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/dormant-stale-%d.sock", (int)getpid());
+	snprintf(file, sizeof(file), "/tmp/dormant-file-%d", (int)getpid());
+	unlink(path);
+	/* a socket whose server is gone */
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	memcpy(addr.sun_path, path, strlen(path));
+	cr_assert_eq(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	close(fd);
+
+	fixture_start(&f, &(struct fixture_config){ .no_server = true });
+	o.unix_path = path;
+	cr_assert_eq(dormant_server_start(f.m, &o, &s), 0, "%s", dormant_last_error());
+	dormant_server_stop(s);
+
+	/* a file that is not a socket is never removed */
+	fd = open(file, O_CREAT | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	o.unix_path = file;
+	cr_assert_eq(dormant_server_start(f.m, &o, &s), -EADDRINUSE);
+	cr_assert_eq(access(file, F_OK), 0);
+	unlink(file);
+
+	memset(longpath, 'x', sizeof(longpath) - 1);
+	longpath[0] = '/';
+	longpath[sizeof(longpath) - 1] = '\0';
+	o.unix_path = longpath;
+	cr_assert_eq(dormant_server_start(f.m, &o, &s), -EINVAL);
+	o.unix_path = "";
+	cr_assert_eq(dormant_server_start(f.m, &o, &s), -EINVAL);
+	fixture_stop(&f);
+}
+
+/* ---- limits -------------------------------------------------------------- */
+
+Test(server, body_over_64KiB_is_413)
+{
+	struct fixture f;
+	struct http_response r;
+	size_t size = 64 * 1024 + 1;
+	char *body = malloc(size + 1);
+	const char *chunked[] = { "Transfer-Encoding: chunked", NULL };
+
+	cr_assert(body);
+	fixture_start(&f, NULL);
+	/* a valid JSON document, only too long: spaces after {} */
+	memset(body, ' ', size);
+	body[0] = '{';
+	body[1] = '}';
+	body[size] = '\0';
+	{
+		struct http_request req = { .method = "POST", .path = "/sleep", .body = body };
+
+		http_do(&f, &req, &r);
+		assert_problem(&r, 413, "payload-too-large");
+		http_response_free(&r);
+		/* the same without Content-Length */
+		req.headers = chunked;
+		http_do(&f, &req, &r);
+		assert_problem(&r, 413, "payload-too-large");
+		http_response_free(&r);
+		/* a GET route too */
+		req.method = "GET";
+		req.path = "/stats";
+		req.headers = NULL;
+		http_do(&f, &req, &r);
+		assert_problem(&r, 413, "payload-too-large");
+		http_response_free(&r);
+		/* exactly 64 KiB is fine */
+		req.method = "POST";
+		req.path = "/sleep";
+		req.body_size = size - 1;
+		http_do(&f, &req, &r);
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		http_response_free(&r);
+	}
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+	free(body);
+	fixture_stop(&f);
+}
+
+Test(server, huge_url_and_headers_are_refused)
+{
+	struct fixture f;
+	struct http_response r;
+	size_t size = 200 * 1024;
+	char *path = malloc(size + 16);
+	char *header = malloc(size + 16);
+	const char *headers[] = { header, NULL };
+
+	cr_assert(path && header);
+	fixture_start(&f, NULL);
+	strcpy(path, "/stats?pretty=");
+	memset(path + 14, 'a', size);
+	path[14 + size] = '\0';
+	{
+		struct http_request req = { .path = path };
+
+		http_do(&f, &req, &r);
+		cr_assert(r.status >= 400 || r.curl_error != CURLE_OK, "%ld", r.status);
+		http_response_free(&r);
+	}
+	strcpy(header, "X-Big: ");
+	memset(header + 7, 'b', size);
+	header[7 + size] = '\0';
+	{
+		struct http_request req = { .path = "/healthz", .headers = headers };
+
+		http_do(&f, &req, &r);
+		cr_assert(r.status >= 400 || r.curl_error != CURLE_OK, "%ld", r.status);
+		http_response_free(&r);
+	}
+	/* and the server is fine */
+	http_get(&f, "/healthz", &r);
+	cr_assert_eq(r.status, 200);
+	http_response_free(&r);
+	free(path);
+	free(header);
+	fixture_stop(&f);
+}
+
+Test(server, too_many_query_parameters)
+{
+	struct fixture f;
+	struct http_response r;
+	char path[2048] = "/wake?";
+	size_t len = strlen(path);
+
+	fixture_start(&f, NULL);
+	for (int i = 0; i < 120; i++)
+		len += (size_t)snprintf(path + len, sizeof(path) - len, "%stags=weights",
+					i ? "&" : "");
+	http_post(&f, path, NULL, &r);
+	assert_problem(&r, 400, "bad-request");
+	http_response_free(&r);
+	fixture_stop(&f);
+}
+
+static int connect_tcp(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct timeval tv = { .tv_sec = 20 };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_geq(fd, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* Send a keep-alive request and read its whole answer: afterwards the
+ * server surely holds the connection. */
+static void raw_request(int fd)
+{
+	static const char request[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+	char buf[1024];
+	ssize_t n;
+
+	cr_assert_eq(write(fd, request, sizeof(request) - 1), (ssize_t)sizeof(request) - 1);
+	n = read(fd, buf, sizeof(buf) - 1);
+	cr_assert_gt(n, 0);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "200 OK"), "%s", buf);
+}
+
+Test(server, connection_limit)
+{
+	struct fixture_config config = { .server = { .threads = 1, .max_connections = 2 } };
+	struct fixture f;
+	struct http_response r;
+	int a, b;
+	bool served = false;
+
+	fixture_start(&f, &config);
+	a = connect_tcp(dormant_server_port(f.server));
+	raw_request(a);
+	b = connect_tcp(dormant_server_port(f.server));
+	raw_request(b);
+	{
+		struct http_request req = { .path = "/healthz", .timeout_ms = 5000 };
+
+		http_do(&f, &req, &r);
+		cr_assert_eq(r.status, 0, "a third connection was served: %ld", r.status);
+		http_response_free(&r);
+	}
+	close(a);
+	/* once the server sees the close, there is room again */
+	for (int i = 0; i < 200 && !served; i++) {
+		struct timespec pause = { 0, 20 * 1000 * 1000 };
+
+		http_get(&f, "/healthz", &r);
+		served = r.status == 200;
+		http_response_free(&r);
+		if (!served)
+			nanosleep(&pause, NULL);
+	}
+	cr_assert(served);
+	close(b);
+	fixture_stop(&f);
+}
+
+Test(server, idle_connections_time_out)
+{
+	struct fixture_config config = { .server = { .connection_timeout_s = 1 } };
+	struct fixture f;
+	char buf[256];
+	ssize_t n;
+	int fd;
+
+	fixture_start(&f, &config);
+	fd = connect_tcp(dormant_server_port(f.server));
+	/* half a request, then nothing */
+	cr_assert_eq(write(fd, "GET /healthz HTTP/1.1\r\nHo", 25), 25);
+	n = read(fd, buf, sizeof(buf));
+	cr_assert(n >= 0 || errno == ECONNRESET, "the server did not close the connection (%s)",
+		  strerror(errno));
+	close(fd);
+	fixture_stop(&f);
+}
+
+Test(server, garbage_does_not_hurt)
+{
+	static const char *const inputs[] = {
+		"\r\n\r\n",
+		"GARBAGE\r\n\r\n",
+		"POST /sleep HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+		"POST /sleep HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+		"POST /sleep HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{\"ta",
+		"POST /sleep HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+		"GET /stats?pretty=%zz&%00=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /%00 HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /stats HTTP/9.9\r\n\r\n",
+	};
+	struct fixture_config config = { .server = { .connection_timeout_s = 1 } };
+	struct fixture f;
+	struct http_response r;
+
+	fixture_start(&f, &config);
+	for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+		int fd = connect_tcp(dormant_server_port(f.server));
+		char buf[2048];
+
+		cr_assert_eq(write(fd, inputs[i], strlen(inputs[i])), (ssize_t)strlen(inputs[i]));
+		shutdown(fd, SHUT_WR);
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+		close(fd);
+	}
+	http_get(&f, "/healthz", &r);
+	cr_assert_eq(r.status, 200);
+	http_response_free(&r);
+	cr_assert_str_eq(tag_state(&f, "weights"), "awake");
+	fixture_stop(&f);
+}
+
+/* ---- access log ---------------------------------------------------------- */
+
+static char *read_all(FILE *f)
+{
+	size_t size = 0, cap = 4096;
+	char *buf = malloc(cap);
+	size_t n;
+
+	cr_assert(buf);
+	while ((n = fread(buf + size, 1, cap - size - 1, f)) > 0) {
+		size += n;
+		if (cap - size < 2) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			cr_assert(buf);
+		}
+	}
+	buf[size] = '\0';
+	return buf;
+}
+
+Test(server, access_log_one_line_per_request, .init = cr_redirect_stderr)
+{
+	struct fixture_config config = { .access_log = true };
+	struct fixture f;
+	struct http_response r;
+	char *log;
+
+	fixture_start(&f, &config);
+	http_get(&f, "/healthz", &r);
+	http_response_free(&r);
+	http_post(&f, "/sleep", NULL, &r);
+	http_response_free(&r);
+	http_get(&f, "/no%01such", &r);
+	http_response_free(&r);
+	fixture_stop(&f); /* every request has completed */
+	fflush(stderr);
+	log = read_all(cr_get_redirected_stderr());
+	cr_assert(strstr(log, "dormant: GET /healthz 200 "), "%s", log);
+	cr_assert(strstr(log, "dormant: POST /sleep 200 "), "%s", log);
+	cr_assert(strstr(log, "dormant: GET /no?such 404 "), "%s", log);
+	cr_assert(strstr(log, " ms\n"), "%s", log);
+	free(log);
+}
+
+Test(server, quiet_means_no_log, .init = cr_redirect_stderr)
+{
+	struct fixture f;
+	struct http_response r;
+	char *log;
+
+	fixture_start(&f, NULL);
+	http_get(&f, "/healthz", &r);
+	http_response_free(&r);
+	fixture_stop(&f);
+	fflush(stderr);
+	log = read_all(cr_get_redirected_stderr());
+	cr_assert_null(strstr(log, "dormant: GET"), "%s", log);
+	free(log);
+}
