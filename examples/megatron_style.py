@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import sys
 import urllib.request
@@ -273,7 +274,6 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("megatron_style.py needs a CUDA device (torch.cuda.is_available() is False)")
 
-    import os
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     deterministic()
     dormant.configure(backend="cuda")

@@ -199,7 +199,7 @@ class TorchGlue:
                     yield
             else:
                 yield
-        except torch.OutOfMemoryError as e:
+        except torch.cuda.OutOfMemoryError as e:
             message = self.lib.last_error()
             if message and hasattr(e, "add_note"):
                 e.add_note(f"dormant (last error on this thread): {message}")
@@ -209,11 +209,15 @@ class TorchGlue:
 
 
 def _call_dtype(args, kwargs):
-    """The dtype a torch call produces: its dtype= argument, else that of its
-    first tensor argument, else the default dtype."""
+    """The dtype a torch call produces: its dtype argument (by keyword, or a
+    torch.dtype among its arguments, as in x.to(torch.float32)), else that of
+    its first tensor argument, else the default dtype."""
     dtype = kwargs.get("dtype")
     if isinstance(dtype, torch.dtype):
         return dtype
+    for arg in args:
+        if isinstance(arg, torch.dtype):
+            return arg
     for arg in args:
         if isinstance(arg, torch.Tensor):
             return arg.dtype

@@ -339,7 +339,8 @@ def test_f_wake_while_memory_is_taken_fails_then_retries(dm, server, note):
         with pytest.raises(dormant.OutOfMemoryError) as err:
             dormant.wake(tags)
         note(f"Python wake: {type(err.value).__name__}: {err.value}")
-        assert err.value.report["state"] == "asleep"
+        assert err.value.report["result"] == "ENOMEM"
+        assert all(x["after"] == "asleep" for x in err.value.report["tags"])
         assert all(x["state"] == "asleep" for x in tag_stats(tags).values())
     finally:
         if hog.poll() is None:
