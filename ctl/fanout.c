@@ -19,6 +19,10 @@ struct job {
 	char *body;          /* response bytes read so far */
 	size_t body_len;
 	bool too_large;
+	/* An attempt sent its request and got no answer (timed out, cut): the
+	 * server may still be running that transition, so a 409 busy on the
+	 * next attempt is most likely our own and worth waiting out. */
+	bool sent_unanswered;
 	double first_start_s;
 	double due_s;        /* when the next attempt may start */
 	char curl_error[CURL_ERROR_SIZE];
@@ -181,29 +185,38 @@ static void job_schedule_retry(struct fanout *f, struct job *job, double retry_a
 static void job_done(struct fanout *f, struct job *job, CURLcode code)
 {
 	struct ctl_result *r = &f->results[job->index];
+	unsigned attempts;
 	bool may_retry;
 	long status = 0;
 	curl_off_t retry_after = 0;
 	char *content_type = NULL;
 
-	r->attempts++;
-	may_retry = r->attempts <= f->o->retry.retries;
+	/* Each attempt's outcome replaces the last one's whole. */
+	attempts = r->attempts + 1;
+	ctl_result_finish(r);
+	ctl_result_init(r);
+	r->attempts = attempts;
+	may_retry = attempts <= f->o->retry.retries;
 	curl_easy_getinfo(job->easy, CURLINFO_RESPONSE_CODE, &status);
 	if (code == CURLE_OK) {
 		curl_easy_getinfo(job->easy, CURLINFO_CONTENT_TYPE, &content_type);
 		curl_easy_getinfo(job->easy, CURLINFO_RETRY_AFTER, &retry_after);
 		ctl_result_from_response(r, f->o->command, status, content_type, job->body,
 					 job->body_len, f->o->keep_responses);
-		if (!r->ok && ctl_status_retryable(status) && may_retry) {
+		if (!r->ok && may_retry &&
+		    (ctl_status_retryable(status) || (status == 409 && job->sent_unanswered))) {
 			job_schedule_retry(f, job, retry_after > 0 ? (double)retry_after : -1);
 			goto out;
 		}
 	} else {
+		long os_errno = 0, request_bytes = 0;
+
 		r->ok = false;
 		r->http_status = status;
-		long os_errno = 0;
-
 		curl_easy_getinfo(job->easy, CURLINFO_OS_ERRNO, &os_errno);
+		curl_easy_getinfo(job->easy, CURLINFO_REQUEST_SIZE, &request_bytes);
+		if (request_bytes > 0 && f->command->transition)
+			job->sent_unanswered = true;
 		if (code == CURLE_FILESIZE_EXCEEDED) /* told by Content-Length */
 			job->too_large = true;
 		if (job->too_large)

@@ -8,6 +8,7 @@ import os
 import pty
 import subprocess
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -377,6 +378,64 @@ def test_503_retried_then_ok(mock):
     assert doc["results"][0]["attempts"] == 3
     assert doc["results"][0]["bytes"] == 5
     assert len(s.requests) == 3
+
+
+def test_timed_out_transition_is_waited_out(mock):
+    """An attempt that times out after sending its sleep leaves the sleep
+    running on the server: the retry's 409 busy is then our own sleep, and
+    dormantctl keeps retrying until the server answers for it."""
+    release = threading.Event()
+    calls = []
+
+    def handler(req):
+        calls.append(req.path)
+        if len(calls) == 1:
+            release.wait(20)  # the first sleep outlives the client's timeout
+            return json_answer(200, {"state": "asleep"})
+        if len(calls) == 2:
+            return json_answer(409, {"type": "urn:dormant:problem:busy", "status": 409})
+        return json_answer(200, {"state": "asleep", "changed": False})
+
+    s = mock(handler)
+    try:
+        p, doc = ctl_json(*FAST, "--timeout", "0.3", "--retries", "3", "sleep", s.endpoint)
+    finally:
+        release.set()
+    assert p.returncode == 0, p.stdout
+    r = doc["results"][0]
+    assert r["attempts"] == 3 and r["state"] == "asleep" and r["changed"] is False
+
+
+def test_busy_is_not_retried_otherwise(mock):
+    s = mock(lambda req: json_answer(409, {"type": "urn:dormant:problem:busy", "status": 409,
+                                           "detail": "another transition is running"}))
+    p, doc = ctl_json(*FAST, "--retries", "3", "wake", s.endpoint)
+    assert p.returncode == 1
+    r = doc["results"][0]
+    assert r["attempts"] == 1 and r["problem"] == "busy"
+    assert r["error"] == "HTTP 409 busy: another transition is running"
+
+
+def test_each_attempt_replaces_the_last(mock):
+    """A 503 carrying a report, then a dead server: the result is the last
+    attempt's (no state left over from the report)."""
+    answers = iter([json_answer(503, {"type": "urn:dormant:problem:out-of-memory",
+                                      "status": 503, "report": {"state": "asleep"}})])
+    s = mock(lambda req: next(answers))
+    port = s.port
+
+    def stop_after_first():
+        while not s.requests:
+            time.sleep(0.01)
+        s.close()
+
+    threading.Thread(target=stop_after_first, daemon=True).start()
+    p, doc = ctl_json("--backoff", "0.3", "--max-delay", "0.3", "--no-progress",
+                      "--retries", "1", "wake", f"127.0.0.1:{port}")
+    assert p.returncode == 1
+    r = doc["results"][0]
+    assert r["attempts"] == 2
+    assert r["http_status"] is None and r["state"] is None and r["problem"] is None
 
 
 def test_concurrency_limit(mock):
