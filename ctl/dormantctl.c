@@ -138,7 +138,7 @@ static int parse_unsigned(const char *name, const char *s, unsigned min, unsigne
 static int parse_tags(struct options *o)
 {
 	size_t count = 1;
-	char *p, *save = NULL;
+	char *p, *rest = o->tags_spec;
 	size_t n = 0;
 
 	for (p = o->tags_spec; *p; p++)
@@ -148,11 +148,13 @@ static int parse_tags(struct options *o)
 	o->tags = calloc(count + 1, sizeof(*o->tags));
 	if (!o->tags)
 		return usage_error("out of memory");
-	for (p = strtok_r(o->tags_spec, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+	while ((p = strsep(&rest, ","))) {
 		size_t len = strlen(p);
 
-		if (len == 0 || len > 63)
-			return usage_error("--tags: '%s' is not 1 to 63 characters", p);
+		if (len == 0)
+			return usage_error("--tags: an empty tag (a comma too many?)");
+		if (len > 63)
+			return usage_error("--tags: '%s' is longer than 63 characters", p);
 		for (size_t i = 0; i < len; i++)
 			if (!isalnum((unsigned char)p[i]) && !strchr("_.:-", p[i]))
 				return usage_error("--tags: '%s' has a character outside "
