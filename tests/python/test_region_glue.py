@@ -169,7 +169,6 @@ def test_one_pool_per_tag(glue):
 
 def test_regions_are_per_thread(glue):
     fake, mgr, _ = glue
-    inside, done = threading.Event(), threading.Event()
     other = {}
 
     def worker():
@@ -177,7 +176,6 @@ def test_regions_are_per_thread(glue):
         with mgr.region("worker"):
             other["tag"] = thread_tag(mgr)
             other["pool"], _ = fake.alloc(MiB)
-        inside.set()
 
     with mgr.region("main"):
         t = threading.Thread(target=worker)

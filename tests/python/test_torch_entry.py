@@ -9,8 +9,6 @@ import pytest
 
 from conftest import MiB
 
-import dormant
-
 
 @pytest.fixture
 def entry(mgr):
