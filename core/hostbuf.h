@@ -16,8 +16,9 @@
 #include "backend.h"
 #include "workers.h"
 
-/* Default size of the pieces registered at once ($DORMANT_PIN_PIECE_BYTES). */
-#define HOSTBUF_PIN_PIECE (256 * MiB)
+/* Default size of the pieces registered at once ($DORMANT_PIN_PIECE_BYTES):
+ * small enough that the workers fault in and pin a chunk in parallel. */
+#define HOSTBUF_PIN_PIECE (64 * MiB)
 
 struct hostbuf {
 	void *ptr;         /* NULL: no buffer */
@@ -25,11 +26,14 @@ struct hostbuf {
 	size_t pin_piece;  /* 0: not pinned; else registered in pieces this big */
 };
 
-/* Allocate at least size bytes; with pin_piece > 0 they are faulted in and
- * registered in pieces of pin_piece bytes (a multiple of the page size).
+/* Allocate at least size bytes of ordinary host memory, not faulted in.
  * A fault-injection point (DORMANT_FAULT_HOST_ALLOC). */
-int hostbuf_alloc(struct backend *b, struct workers *w, size_t size, size_t pin_piece,
-		  struct hostbuf *ret);
+int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret);
+
+/* Fault in and register an unpinned buffer in pieces of pin_piece bytes (a
+ * multiple of the page size), spread over the workers. On failure the buffer
+ * stays allocated and unpinned. */
+int hostbuf_pin(struct backend *b, struct workers *w, struct hostbuf *hb, size_t pin_piece);
 /* Unpin and unmap; accepts an empty buffer, leaves it empty. */
 void hostbuf_free(struct backend *b, struct hostbuf *hb);
 

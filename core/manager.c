@@ -124,6 +124,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	struct backend_config config = { 0 };
 	struct dormant_options o = { 0 };
 	size_t pin_piece = HOSTBUF_PIN_PIECE;
+	bool pin_host = true;
 	pthread_condattr_t attr;
 	struct dormant *m;
 	const char *env;
@@ -142,6 +143,10 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 		if (pin_piece == 0 || pin_piece % 4096)
 			return error_set(-EINVAL, "DORMANT_PIN_PIECE_BYTES must be a multiple of 4096");
 	}
+	/* Leave host copies unpinned (through the staging ring), e.g. where
+	 * pinned memory is scarce. */
+	if ((env = getenv("DORMANT_PIN_HOST")) && strcmp(env, "0") == 0)
+		pin_host = false;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
@@ -170,7 +175,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 		goto err_backend;
 	}
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
-		    pin_piece);
+		    pin_piece, pin_host);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -2,6 +2,7 @@
 #include "transfer.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ static bool is_keep(const struct xfer_item *it)
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
 		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes,
-		 size_t pin_piece)
+		 size_t pin_piece, bool pin_host)
 {
 	memset(e, 0, sizeof(*e));
 	e->backend = b;
@@ -39,6 +40,7 @@ void engine_init(struct engine *e, struct backend *b, struct workers *w,
 	e->mode = mode;
 	e->staging_bytes = staging_bytes;
 	e->pin_piece = pin_piece;
+	e->pin_host = pin_host;
 }
 
 static void device_finish(struct engine *e, int d)
@@ -106,9 +108,14 @@ static int staging_ready(struct engine *e, int d)
 
 	if (ed->staging.ptr)
 		return 0;
-	r = hostbuf_alloc(e->backend, e->workers, e->staging_bytes, e->pin_piece, &ed->staging);
+	r = hostbuf_alloc(e->backend, e->staging_bytes, &ed->staging);
 	if (r < 0)
 		return error_prefix(r, "allocating the staging ring");
+	r = hostbuf_pin(e->backend, e->workers, &ed->staging, e->pin_piece);
+	if (r < 0) {
+		hostbuf_free(e->backend, &ed->staging);
+		return error_prefix(r, "allocating the staging ring");
+	}
 	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
 	atomic_fetch_add(&e->staging_held, ed->staging.size);
 	return 0;
@@ -346,6 +353,146 @@ static int issue_chunk(struct pipeline *p, struct xfer_item *it)
 	return 0;
 }
 
+/* ---- host buffers for a sleep -------------------------------------------- */
+
+/*
+ * Host copies are pinned so that the copy engine moves them at full speed,
+ * both ways. Pinning a fresh buffer (fault it in, register it) runs on the
+ * workers and is the slow part of a first sleep, so a preparation thread
+ * does it for the next chunks while the copies of the earlier ones run.
+ * When pinning fails, the copy stays in ordinary memory and goes through
+ * the pinned staging ring instead.
+ */
+struct prep {
+	struct engine *e;
+	struct xfer_item **queue; /* items needing a buffer, in issue order */
+	size_t count;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t ready; /* queue[0..ready) have their buffers */
+	size_t next;  /* the consumer's next queue entry */
+	bool stop;
+	int error;
+	char message[DORMANT_ERROR_MAX];
+	pthread_t thread;
+	bool running;
+};
+
+static bool needs_host_buffer(const struct chunk *c)
+{
+	return !c->host.ptr || c->host.size < c->data_bytes;
+}
+
+static int host_prepare(struct engine *e, struct xfer_item *it)
+{
+	struct chunk *c = it->chunk;
+	int r;
+
+	if (c->host.ptr) { /* grown since its last sleep */
+		size_t size = c->host.size;
+
+		hostbuf_free(e->backend, &c->host);
+		account_host(it->tag, -(int64_t)size);
+	}
+	r = hostbuf_alloc(e->backend, c->data_bytes, &c->host);
+	if (r < 0)
+		return r;
+	account_host(it->tag, (int64_t)c->host.size);
+	if (e->pin_host) {
+		r = hostbuf_pin(e->backend, e->workers, &c->host, e->pin_piece);
+		if (r < 0)
+			log_write(&e->log, DORMANT_LOG_WARNING,
+				  "host copy stays unpinned (copied through the staging ring): %s",
+				  dormant_last_error());
+	}
+	return 0;
+}
+
+static void *prep_main(void *arg)
+{
+	struct prep *p = arg;
+
+	for (size_t k = 0; k < p->count; k++) {
+		int r;
+
+		pthread_mutex_lock(&p->lock);
+		if (p->stop) {
+			pthread_mutex_unlock(&p->lock);
+			break;
+		}
+		pthread_mutex_unlock(&p->lock);
+		r = host_prepare(p->e, p->queue[k]);
+		pthread_mutex_lock(&p->lock);
+		if (r < 0) {
+			p->error = r;
+			snprintf(p->message, sizeof(p->message), "%s", dormant_last_error());
+		} else {
+			p->ready = k + 1;
+		}
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		if (r < 0)
+			break;
+	}
+	return NULL;
+}
+
+static int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
+		      size_t count)
+{
+	memset(p, 0, sizeof(*p));
+	p->e = e;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->queue = malloc(MAX(count, (size_t)1) * sizeof(*p->queue));
+	if (!p->queue)
+		return error_set(-ENOMEM, "out of host memory");
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+
+		if (it->alloc->device == d && is_keep(it) && it->chunk->mapped &&
+		    needs_host_buffer(it->chunk))
+			p->queue[p->count++] = it;
+	}
+	if (p->count && pthread_create(&p->thread, NULL, prep_main, p) == 0)
+		p->running = true;
+	/* without the thread, prep_wait() prepares each one itself */
+	return 0;
+}
+
+/* Wait until it has its host buffer (the consumer takes the queue in order). */
+static int prep_wait(struct prep *p, struct xfer_item *it)
+{
+	size_t k = p->next;
+	int r = 0;
+
+	if (k == p->count || p->queue[k] != it)
+		return 0; /* its buffer was there already */
+	p->next++;
+	if (!p->running)
+		return host_prepare(p->e, it);
+	pthread_mutex_lock(&p->lock);
+	while (p->ready <= k && !p->error)
+		pthread_cond_wait(&p->cond, &p->lock);
+	if (p->ready <= k)
+		r = error_set(p->error, "%s", p->message);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+static void prep_finish(struct prep *p)
+{
+	if (p->running) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = true;
+		pthread_mutex_unlock(&p->lock);
+		pthread_join(p->thread, NULL);
+	}
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p->queue);
+}
+
 /* ---- sleep --------------------------------------------------------------- */
 
 static int release_discards(struct engine *e, int d, struct xfer_item *items, size_t count,
@@ -372,6 +519,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 	struct pipeline p = { .e = e, .device = d, .ed = &e->devices[d], .to_host = true,
 			      .totals = t };
 	bool discards_done = false;
+	struct prep prep;
 	double start;
 	int r;
 
@@ -384,19 +532,20 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		return error_prefix(r, "synchronizing device %d", d);
 
 	start = now_monotonic_s();
+	r = prep_start(&prep, e, d, items, count);
+	if (r < 0) {
+		prep_finish(&prep);
+		return r;
+	}
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
 		if (it->alloc->device != d || !is_keep(it) || !c->mapped)
 			continue;
-		if (!c->host.ptr) {
-			r = hostbuf_alloc(e->backend, e->workers, c->data_bytes,
-					  e->mode == DORMANT_HOST_RETAIN ? e->pin_piece : 0, &c->host);
-			if (r < 0)
-				goto err;
-			account_host(it->tag, (int64_t)c->host.size);
-		}
+		r = prep_wait(&prep, it);
+		if (r < 0)
+			goto err;
 		if (!c->host.pin_piece) {
 			r = staging_ready(e, d);
 			if (r < 0)
@@ -417,6 +566,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 	r = pipeline_drain(&p);
 	if (r < 0)
 		goto err;
+	prep_finish(&prep);
 	if (!discards_done) {
 		r = release_discards(e, d, items, count, t);
 		if (r < 0)
@@ -426,6 +576,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 	return 0;
 
 err:
+	prep_finish(&prep);
 	pipeline_abort(&p);
 	return r;
 }

@@ -52,6 +52,7 @@ struct engine {
 	enum dormant_host_mode mode;
 	size_t staging_bytes;
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
+	bool pin_host;    /* pin host copies; else copy them through the staging ring */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -74,7 +75,7 @@ struct xfer_totals {
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
 		 const struct logger *log, enum dormant_host_mode mode, size_t staging_bytes,
-		 size_t pin_piece);
+		 size_t pin_piece, bool pin_host);
 void engine_finish(struct engine *e);
 
 /* items: every mapped chunk of the tags going to sleep. */

@@ -41,6 +41,18 @@ static struct dormant *manager(void)
 	return manager_with(DORMANT_HOST_RELEASE, 4 * MiB);
 }
 
+/* Host copies are pinned in 1 MiB pieces (so a chunk takes several copies),
+ * or, with DORMANT_PIN_HOST=0, go through the staging ring in 2 MiB slots. */
+static void pin_pieces_small(void)
+{
+	setenv("DORMANT_PIN_PIECE_BYTES", "1MiB", 1);
+}
+
+static void unpinned(void)
+{
+	setenv("DORMANT_PIN_HOST", "0", 1);
+}
+
 static bool on_host(struct dormant *m)
 {
 	return strcmp(dormant_backend_name(m), "host") == 0;
@@ -229,6 +241,36 @@ Test(basics, pointers_and_contents_survive_many_cycles)
 	dormant_destroy(m);
 }
 
+Test(basics, unpinned_copies_go_through_the_staging_ring, .init = unpinned)
+{
+	struct dormant *m = manager();
+	size_t size = 11 * MiB + 3;
+	void *w = alloc_tag(m, "weights", size);
+
+	fill(m, w, size, 31);
+	for (int cycle = 0; cycle < 3; cycle++) {
+		cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+		cr_expect_gt(stats(m)->staging_bytes, 0, "the staging ring is in use");
+		cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+		cr_assert(holds(m, w, size, 31), "cycle %d", cycle);
+	}
+	dormant_destroy(m);
+}
+
+Test(basics, pinned_copies_need_no_staging_ring, .init = pin_pieces_small)
+{
+	struct dormant *m = manager();
+	size_t size = 11 * MiB + 3;
+	void *w = alloc_tag(m, "weights", size);
+
+	fill(m, w, size, 32);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect_eq(stats(m)->staging_bytes, 0);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, w, size, 32));
+	dormant_destroy(m);
+}
+
 Test(basics, retain_keeps_host_buffers_release_gives_them_back)
 {
 	for (int mode = DORMANT_HOST_RETAIN; mode <= DORMANT_HOST_RELEASE; mode++) {
@@ -262,6 +304,10 @@ Test(basics, memory_is_really_released)
 	g = alloc_tag(m, "grads", size);
 	fill(m, w, size, 3);
 	fill(m, g, size, 4);
+	/* a first cycle sets up the manager's own streams and events */
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	fill(m, w, size, 3);
 	s = stats(m);
 	cr_assert_geq(s->device_count, 1);
 	free_awake = s->devices[0].free_bytes;
@@ -532,15 +578,21 @@ static void chaos_sleep(enum dormant_host_mode mode)
 	dormant_destroy(anchor);
 }
 
-Test(chaos, sleep_rolls_back_at_every_fault_point_release, .timeout = 120)
+Test(chaos, sleep_rolls_back_at_every_fault_point_release, .timeout = 120,
+     .init = pin_pieces_small)
 {
 	chaos_sleep(DORMANT_HOST_RELEASE);
 }
 
-Test(chaos, sleep_rolls_back_at_every_fault_point_retain, .timeout = 120)
+Test(chaos, sleep_rolls_back_at_every_fault_point_retain, .timeout = 120,
+     .init = pin_pieces_small)
 {
-	setenv("DORMANT_PIN_PIECE_BYTES", "1MiB", 1); /* several pinned pieces */
 	chaos_sleep(DORMANT_HOST_RETAIN);
+}
+
+Test(chaos, sleep_rolls_back_at_every_fault_point_unpinned, .timeout = 120, .init = unpinned)
+{
+	chaos_sleep(DORMANT_HOST_RELEASE);
 }
 
 /* Make the nth call of each op fail during wake, with ENOMEM and EIO: the
@@ -578,22 +630,28 @@ static void chaos_wake(enum dormant_host_mode mode, int error)
 			cr_expect(holds(s.m, s.g, G_SIZE, 0));
 			dormant_destroy(s.m);
 		}
-		/* host buffers and the staging ring already exist at wake */
+		/* host copies (and the staging ring) exist by the time of a wake */
 		if (chaos_ops[o] != DORMANT_FAULT_HOST_ALLOC)
 			cr_expect_gt(failures, 0, "op %d was never reached by a wake", chaos_ops[o]);
 	}
 	dormant_destroy(anchor);
 }
 
-Test(chaos, wake_fails_cleanly_at_every_fault_point_release, .timeout = 120)
+Test(chaos, wake_fails_cleanly_at_every_fault_point_release, .timeout = 120,
+     .init = pin_pieces_small)
 {
 	chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
 }
 
-Test(chaos, wake_fails_cleanly_at_every_fault_point_retain, .timeout = 120)
+Test(chaos, wake_fails_cleanly_at_every_fault_point_retain, .timeout = 120,
+     .init = pin_pieces_small)
 {
-	setenv("DORMANT_PIN_PIECE_BYTES", "1MiB", 1);
 	chaos_wake(DORMANT_HOST_RETAIN, -EIO);
+}
+
+Test(chaos, wake_fails_cleanly_at_every_fault_point_unpinned, .timeout = 120, .init = unpinned)
+{
+	chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
 }
 
 Test(chaos, wake_without_device_memory_then_retry)
@@ -620,7 +678,7 @@ Test(chaos, wake_without_device_memory_then_retry)
 	dormant_destroy(s.m);
 }
 
-Test(chaos, a_failed_rollback_keeps_the_data_on_the_host)
+Test(chaos, a_failed_rollback_keeps_the_data_on_the_host, .init = unpinned)
 {
 	struct scene s = scene_new(DORMANT_HOST_RELEASE);
 	struct dormant_report rep;
