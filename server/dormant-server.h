@@ -53,7 +53,8 @@ struct dormant_server_options {
 	const char *token_file;
 	/* Leave /healthz, /readyz and /metrics open when a token is set. */
 	bool open_probes;
-	/* Worker threads. 0: 4. At most 256. */
+	/* Threads that answer requests. 0: 4. At most 256. A sleep or wake runs
+	 * on a thread of its own meanwhile, so it holds none of them up. */
 	unsigned threads;
 	/* Concurrent connections, at least threads. 0: 64. At most 65536. */
 	unsigned max_connections;

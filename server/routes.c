@@ -45,19 +45,20 @@ static void openapi_route(struct api_context *ctx, const struct api_request *req
 }
 
 static const struct route routes[] = {
-	{ "/sleep", ROUTE_POST, false, sleep_route },
-	{ "/wake", ROUTE_POST, false, wake_route },
-	{ "/stats", ROUTE_GET, false, api_handle_stats },
-	{ "/healthz", ROUTE_GET, true, api_handle_healthz },
-	{ "/readyz", ROUTE_GET, true, api_handle_readyz },
-	{ "/metrics", ROUTE_GET, true, api_handle_metrics },
-	{ "/openapi.yaml", ROUTE_GET, false, openapi_route },
+	/* path, methods, probe, slow, handler */
+	{ "/sleep", ROUTE_POST, false, true, sleep_route },
+	{ "/wake", ROUTE_POST, false, true, wake_route },
+	{ "/stats", ROUTE_GET, false, false, api_handle_stats },
+	{ "/healthz", ROUTE_GET, true, false, api_handle_healthz },
+	{ "/readyz", ROUTE_GET, true, false, api_handle_readyz },
+	{ "/metrics", ROUTE_GET, true, false, api_handle_metrics },
+	{ "/openapi.yaml", ROUTE_GET, false, false, openapi_route },
 	/* vLLM */
-	{ "/wake_up", ROUTE_POST, false, wake_route },
-	{ "/is_sleeping", ROUTE_GET, false, api_handle_is_sleeping },
+	{ "/wake_up", ROUTE_POST, false, true, wake_route },
+	{ "/is_sleeping", ROUTE_GET, false, false, api_handle_is_sleeping },
 	/* SGLang */
-	{ "/release_memory_occupation", ROUTE_POST, false, release_route },
-	{ "/resume_memory_occupation", ROUTE_POST, false, wake_route },
+	{ "/release_memory_occupation", ROUTE_POST, false, true, release_route },
+	{ "/resume_memory_occupation", ROUTE_POST, false, true, wake_route },
 };
 
 const struct route *route_find(const char *path)

@@ -17,6 +17,8 @@ struct route {
 	unsigned methods;
 	/* /healthz, /readyz, /metrics: left open by the open_probes option */
 	bool probe;
+	/* may take seconds (sleep, wake): runs off the server's threads */
+	bool slow;
 	void (*handle)(struct api_context *ctx, const struct api_request *req,
 		       struct api_response *resp);
 };

@@ -6,8 +6,10 @@
  * Per request, libmicrohttpd calls on_request() several times: first with the
  * headers (authentication, routing, a Content-Length over the limit are
  * answered there, before any body is read), then with pieces of the body
- * (kept up to API_BODY_MAX), then once more to answer. on_completed() writes
- * the access log line and frees the request.
+ * (kept up to API_BODY_MAX), then once more to answer. A sleep or wake is
+ * answered on a thread of its own while the connection is suspended, and
+ * on_request() is called once more to send the answer when it resumes.
+ * on_completed() writes the access log line and frees the request.
  *
  * Stopping: the listening socket is closed first, new requests on open
  * connections get 503, requests inside a handler (a sleep or wake) run to
@@ -49,6 +51,10 @@
 #define STOP_FLUSH_S 2.0
 /* Longest path kept for the access log. */
 #define LOG_PATH_MAX 160
+/* Most slow handlers (sleep, wake) running on threads of their own at once;
+ * beyond, they run on the server thread that received them. Only one
+ * transition runs at a time anyway: the others answer 409 at once. */
+#define OFFLOAD_MAX 8
 
 struct dormant_server {
 	struct dormant *manager;
@@ -72,7 +78,14 @@ struct dormant_server {
 	pthread_cond_t idle;
 	unsigned requests_active;  /* between their first call and completion */
 	unsigned handlers_running; /* inside an api handler */
+	unsigned offloaded;        /* handlers running on threads of their own */
 	bool stopping;
+};
+
+struct params {
+	struct api_param items[API_PARAMS_MAX];
+	size_t count;
+	bool overflow;
 };
 
 struct request {
@@ -86,6 +99,14 @@ struct request {
 	bool too_large;
 	bool answered; /* a response is queued: ignore the rest */
 	int status;
+
+	/* A slow route (sleep, wake) runs on a thread of its own while the
+	 * connection is suspended; its answer waits here until it resumes. */
+	struct MHD_Connection *connection;
+	struct params *params;
+	struct api_request req;
+	struct api_response deferred;
+	bool deferred_ready;
 };
 
 /* ---- responses ----------------------------------------------------------- */
@@ -151,12 +172,6 @@ static enum MHD_Result send_problem(struct MHD_Connection *connection, struct re
 }
 
 /* ---- requests ------------------------------------------------------------ */
-
-struct params {
-	struct api_param items[API_PARAMS_MAX];
-	size_t count;
-	bool overflow;
-};
 
 static enum MHD_Result param_collect(void *cls, enum MHD_ValueKind kind, const char *key,
 				     const char *value)
@@ -272,33 +287,86 @@ static void request_body(struct request *rq, const char *data, size_t size)
 }
 
 /* The last call: the whole body is in. */
+/* The thread of a slow handler: run it, keep the answer, wake the
+ * connection up (on_request() then sends the answer). */
+static void *offload_main(void *arg)
+{
+	struct request *rq = arg;
+	struct dormant_server *s = rq->server;
+
+	rq->route->handle(&s->api, &rq->req, &rq->deferred);
+	rq->deferred_ready = true;
+	/* resumed before the count drops: stop, waiting for the count, never
+	 * stops the daemon with this connection still suspended */
+	MHD_resume_connection(rq->connection);
+	pthread_mutex_lock(&s->lock);
+	s->offloaded--;
+	s->handlers_running--;
+	pthread_cond_broadcast(&s->idle);
+	/* the last touch of s: stop may free it once this unlocks */
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* Start a slow handler on a thread of its own. Returns false (nothing
+ * started) when no thread can be had; the caller then runs it itself. */
+static bool offload(struct dormant_server *s, struct MHD_Connection *connection,
+		    struct request *rq)
+{
+	pthread_attr_t attr;
+	pthread_t thread;
+	bool started;
+
+	pthread_mutex_lock(&s->lock);
+	started = s->offloaded < OFFLOAD_MAX;
+	if (started)
+		s->offloaded++;
+	pthread_mutex_unlock(&s->lock);
+	if (!started)
+		return false;
+	rq->connection = connection;
+	MHD_suspend_connection(connection);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	started = pthread_create(&thread, &attr, offload_main, rq) == 0;
+	pthread_attr_destroy(&attr);
+	if (!started) {
+		MHD_resume_connection(connection);
+		pthread_mutex_lock(&s->lock);
+		s->offloaded--;
+		pthread_mutex_unlock(&s->lock);
+	}
+	return started;
+}
+
+/* The last call: the whole body is in. */
 static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Connection *connection,
 				      struct request *rq, const char *method)
 {
 	struct api_response resp = { 0 };
-	struct api_request req = { 0 };
-	struct params *params;
 	bool stopping;
 
+	if (rq->deferred_ready) /* resumed: the slow handler has answered */
+		return send_response(connection, rq, &rq->deferred);
 	if (rq->too_large)
 		return send_problem(connection, rq, 413, "payload-too-large",
 				    "the body is larger than 65536 bytes");
-	params = calloc(1, sizeof(*params));
-	if (!params)
+	rq->params = calloc(1, sizeof(*rq->params));
+	if (!rq->params)
 		return MHD_NO;
-	MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, param_collect, params);
-	if (params->overflow) {
-		free(params);
+	MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, param_collect, rq->params);
+	if (rq->params->overflow)
 		return send_problem(connection, rq, 400, "bad-request",
 				    "too many query parameters");
-	}
-	req.method = strcmp(method, "HEAD") == 0 ? "GET" : method;
-	req.params = params->items;
-	req.param_count = params->count;
-	req.content_type = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-						       MHD_HTTP_HEADER_CONTENT_TYPE);
-	req.body = rq->body;
-	req.body_size = rq->body_size;
+	/* the strings stay in the connection's memory until the request ends,
+	 * suspended or not */
+	rq->req.method = strcmp(method, "HEAD") == 0 ? "GET" : method;
+	rq->req.params = rq->params->items;
+	rq->req.param_count = rq->params->count;
+	rq->req.content_type = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+							   MHD_HTTP_HEADER_CONTENT_TYPE);
+	rq->req.body = rq->body;
+	rq->req.body_size = rq->body_size;
 
 	/* Once stop has begun no handler starts: stop waits for the running
 	 * ones only. */
@@ -307,13 +375,15 @@ static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Conne
 	if (!stopping)
 		s->handlers_running++;
 	pthread_mutex_unlock(&s->lock);
-	if (stopping) {
-		free(params);
+	if (stopping)
 		return send_problem(connection, rq, 503, "not-ready", "the server is stopping");
-	}
-	rq->route->handle(&s->api, &req, &resp);
+	/* A sleep or wake can take seconds: off this thread, so that the
+	 * other connections it serves (a Prometheus scrape kept alive, a
+	 * probe) do not wait for it. */
+	if (rq->route->slow && offload(s, connection, rq))
+		return MHD_YES;
+	rq->route->handle(&s->api, &rq->req, &resp);
 	request_counts(s, 0, -1);
-	free(params);
 	return send_response(connection, rq, &resp);
 }
 
@@ -352,6 +422,8 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
 			rq->status ? rq->status : 0, (now_monotonic_s() - rq->start_s) * 1e3,
 			toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
 	}
+	api_response_finish(&rq->deferred);
+	free(rq->params);
 	free(rq->body);
 	free(rq);
 	request_counts(s, -1, 0);
@@ -633,7 +705,8 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	}
 	atomic_store(&s->starting, true);
 	s->daemon = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+			MHD_USE_ERROR_LOG,
 		0, NULL, NULL, on_request, s,
 		/* first, so that no message of the options below gets printed */
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,

@@ -283,6 +283,59 @@ Test(transitions, busy_when_the_guard_is_held)
 	fixture_stop(&f);
 }
 
+Test(transitions, a_long_transition_does_not_hold_up_other_requests)
+{
+	/* one server thread: the transition must run off it */
+	struct fixture_config config = { .server = { .threads = 1, .max_connections = 8 } };
+	struct async_post sleeper = { 0 };
+	CURL *kept = curl_easy_init();
+	struct fixture f;
+	struct http_response r;
+
+	cr_assert(kept);
+	fixture_start(&f, &config);
+	{
+		/* a connection kept alive from before the transition */
+		struct http_request req = { .path = "/healthz", .handle = kept };
+
+		http_do(&f, &req, &r);
+		cr_assert_eq(r.status, 200);
+		http_response_free(&r);
+	}
+	cr_assert_gt(dormant_hook_add(f.m, DORMANT_HOOK_BEFORE_SLEEP, gate_hook, &gate), 0);
+	async_post_start(&sleeper, &f, "/sleep");
+	gate_wait_entered(&gate);
+	for (int i = 0; i < 3; i++) {
+		struct http_request req = { .path = i == 1 ? "/metrics" : "/stats", .handle = kept,
+					    .timeout_ms = 20000 };
+
+		http_do(&f, &req, &r);
+		cr_assert_eq(r.status, 200, "%s", curl_easy_strerror(r.curl_error));
+		http_response_free(&r);
+	}
+	{
+		struct http_request req = { .path = "/healthz", .timeout_ms = 20000 };
+
+		http_do(&f, &req, &r);
+		cr_assert_eq(r.status, 200, "%s", curl_easy_strerror(r.curl_error));
+		http_response_free(&r);
+	}
+	{
+		struct http_request req = { .method = "POST", .path = "/wake", .handle = kept,
+					    .timeout_ms = 20000 };
+
+		http_do(&f, &req, &r);
+		assert_problem(&r, 409, "busy");
+		http_response_free(&r);
+	}
+	gate_release(&gate);
+	pthread_join(sleeper.thread, NULL);
+	cr_assert_eq(sleeper.response.status, 200, "%s", sleeper.response.body);
+	http_response_free(&sleeper.response);
+	curl_easy_cleanup(kept);
+	fixture_stop(&f);
+}
+
 static int refuse_hook(struct dormant *m, enum dormant_hook_point point, void *userdata)
 {
 	return 7;
