@@ -63,8 +63,12 @@ def check_bench(bench, mode, keep, discard):
     for i, c in enumerate(cycles):
         w = f"{where} cycle {i}"
         expect(c["index"] == i and c["cold"] == (i == 0), f"{w}: index/cold")
-        expect(c["sleep"]["bytes_copied"] == keep, f"{w}: sleep copied")
-        expect(c["wake"]["bytes_copied"] == keep, f"{w}: wake copied")
+        # Small tensors share slabs, 512-byte aligned: a copy ends at the
+        # slab's last live byte, so at most 512 bytes per tensor more.
+        slack = 512 * (TENSORS if keep else 0)
+        for kind in ("sleep", "wake"):
+            copied = c[kind]["bytes_copied"]
+            expect(keep <= copied <= keep + slack, f"{w}: {kind} copied {copied} of {keep}")
         expect(c["wake"]["bytes_zeroed"] >= discard, f"{w}: wake zeroed")
         expect(c["sleep"]["bytes_released"] == c["gpu"]["managed_bytes"], f"{w}: released")
         expect(c["gpu"]["managed_asleep_bytes"] == 0, f"{w}: device bytes left asleep")

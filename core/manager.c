@@ -14,6 +14,8 @@
 #define DEFAULT_STAGING_BYTES (256 * MiB)
 #define MIN_STAGING_BYTES (ENGINE_STAGING_SLOTS * 2 * MiB)
 
+static void alloc_release(struct dormant *m, struct alloc *a);
+
 static const double histogram_bounds_s[DORMANT_HISTOGRAM_BUCKETS] = {
 	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
 };
@@ -200,12 +202,8 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 		return;
 	torch_forget(m);
 	pthread_mutex_lock(&m->lock);
-	while (m->alloc_count) {
-		struct alloc *a = m->allocs[--m->alloc_count];
-
-		a->in_transition = false;
-		alloc_destroy(m, a);
-	}
+	while (m->alloc_count)
+		alloc_release(m, m->allocs[--m->alloc_count]);
 	pthread_mutex_unlock(&m->lock);
 	/* Background frees use the tags: finish them before the tags go. */
 	workers_destroy(m->workers);
@@ -349,7 +347,8 @@ static int alloc_insert(struct dormant *m, struct alloc *a)
 	return 0;
 }
 
-static void tag_link(struct tag *tag, struct alloc *a)
+/* Chunk owners (dedicated allocations and slabs) are on the tag's list. */
+static void owner_link(struct tag *tag, struct alloc *a)
 {
 	a->tag = tag;
 	a->prev = NULL;
@@ -357,12 +356,14 @@ static void tag_link(struct tag *tag, struct alloc *a)
 	if (tag->allocs)
 		tag->allocs->prev = a;
 	tag->allocs = a;
-	tag->allocations++;
-	tag->bytes += a->size;
 	tag->reserved_bytes += a->reserved;
+	if (a->is_slab) {
+		a->slab_next = tag->slabs;
+		tag->slabs = a;
+	}
 }
 
-static void tag_unlink(struct alloc *a)
+static void owner_unlink(struct alloc *a)
 {
 	struct tag *tag = a->tag;
 
@@ -373,9 +374,15 @@ static void tag_unlink(struct alloc *a)
 	if (a->next)
 		a->next->prev = a->prev;
 	a->prev = a->next = NULL;
-	tag->allocations--;
-	tag->bytes -= a->size;
 	tag->reserved_bytes -= a->reserved;
+	if (a->is_slab) {
+		struct alloc **link = &tag->slabs;
+
+		while (*link != a)
+			link = &(*link)->slab_next;
+		*link = a->slab_next;
+		a->slab_next = NULL;
+	}
 }
 
 void alloc_destroy(struct dormant *m, struct alloc *a)
@@ -385,7 +392,40 @@ void alloc_destroy(struct dormant *m, struct alloc *a)
 	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0)
 		log_write(&m->log, DORMANT_LOG_WARNING, "freeing an address range: %s",
 			  dormant_last_error());
+	if (a->is_slab)
+		slab_space_finish(&a->space);
 	free(a);
+}
+
+void chunk_update_data_bytes(struct alloc *a, struct chunk *c)
+{
+	size_t offset = c->va - (uintptr_t)a->ptr;
+	size_t used = a->is_slab ? slab_space_used_end(&a->space) : a->size;
+
+	c->data_bytes = used > offset ? MIN(c->size, used - offset) : 0;
+}
+
+/* Give back what a user allocation holds (it is out of m->allocs already). */
+static void alloc_release(struct dormant *m, struct alloc *a)
+{
+	struct tag *tag = a->tag;
+
+	tag->allocations--;
+	tag->bytes -= a->size;
+	if (a->slab) {
+		struct alloc *slab = a->slab;
+
+		slab_space_give(&slab->space, (uintptr_t)a->ptr - (uintptr_t)slab->ptr, a->size);
+		free(a);
+		if (!slab_space_empty(&slab->space))
+			return;
+		a = slab; /* its last allocation: the slab goes too */
+	}
+	owner_unlink(a);
+	if (a->in_transition)
+		a->doomed = true; /* the transition holds its chunks; it frees it */
+	else
+		alloc_destroy(m, a);
 }
 
 static int granularity_get(struct dormant *m, int device, size_t *ret)
@@ -437,7 +477,7 @@ static int alloc_map(struct dormant *m, struct tag *tag, size_t size, int device
 
 		c->va = va + offset;
 		c->size = MIN(chunk_bytes, reserved - offset);
-		c->data_bytes = offset < size ? MIN(c->size, size - offset) : 0;
+		chunk_update_data_bytes(a, c);
 		r = backend_mem_create_map(b, device, c->va, c->size, &c->handle);
 		if (r < 0)
 			goto err_unmap;
@@ -453,6 +493,67 @@ err_unmap:
 	while (mapped--)
 		engine_chunk_drop(&m->engine, a, &a->chunks[mapped]);
 	b->ops->va_free(b, va, reserved);
+err_free:
+	free(a);
+	return r;
+}
+
+/* The size of a tag's next slab on a device: it grows with what the tag
+ * already has there, so a few slabs hold many small allocations. */
+static size_t slab_next_size(struct dormant *m, struct tag *tag, int device, size_t size)
+{
+	size_t total = 0, next = SLAB_MIN_BYTES;
+
+	for (struct alloc *s = tag->slabs; s; s = s->slab_next)
+		if (s->device == device)
+			total += s->reserved;
+	while (next < total && next < SLAB_MAX_BYTES)
+		next *= 2;
+	return MAX(next, round_up(size, m->granularity[device]));
+}
+
+static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int device,
+		      struct alloc **ret)
+{
+	struct alloc *slab, *a;
+	size_t offset;
+	int r = -ENOSPC;
+
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return error_set(-ENOMEM, "out of host memory");
+	for (slab = tag->slabs; slab; slab = slab->slab_next) {
+		if (slab->device != device)
+			continue;
+		r = slab_space_take(&slab->space, size, &offset);
+		if (r != -ENOSPC)
+			break;
+	}
+	if (r == -ENOSPC) {
+		size_t slab_size = slab_next_size(m, tag, device, size);
+
+		r = alloc_map(m, tag, slab_size, device, &slab);
+		if (r < 0)
+			goto err_free;
+		slab->is_slab = true;
+		r = slab_space_init(&slab->space, slab_size);
+		if (r < 0) {
+			alloc_destroy(m, slab);
+			goto err_free;
+		}
+		owner_link(tag, slab);
+		r = slab_space_take(&slab->space, size, &offset);
+	}
+	if (r < 0)
+		goto err_free;
+	a->ptr = (char *)slab->ptr + offset;
+	a->size = size;
+	a->device = device;
+	a->tag = tag;
+	a->slab = slab;
+	*ret = a;
+	return 0;
+
 err_free:
 	free(a);
 	return r;
@@ -484,18 +585,24 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 			      dormant_state_name(tag->state));
 		goto out;
 	}
-	r = alloc_map(m, tag, size, device, &a);
+	r = granularity_get(m, device, &(size_t){ 0 });
+	if (r == 0)
+		r = size <= SLAB_ALLOC_MAX ? slab_alloc(m, tag, size, device, &a)
+					   : alloc_map(m, tag, size, device, &a);
 	if (r < 0) {
 		error_prefix(r, "allocating %zu bytes under tag '%s' on device %d", size, name,
 			     device);
 		goto out;
 	}
+	if (!a->slab)
+		owner_link(tag, a);
+	tag->allocations++;
+	tag->bytes += a->size;
 	r = alloc_insert(m, a);
 	if (r < 0) {
-		alloc_destroy(m, a);
+		alloc_release(m, a);
 		goto out;
 	}
-	tag_link(tag, a);
 	*ret_ptr = a->ptr;
 out:
 	pthread_mutex_unlock(&m->lock);
@@ -527,11 +634,7 @@ DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr)
 	a = m->allocs[i - 1];
 	memmove(&m->allocs[i - 1], &m->allocs[i], (m->alloc_count - i) * sizeof(*m->allocs));
 	m->alloc_count--;
-	tag_unlink(a);
-	if (a->in_transition)
-		a->doomed = true; /* the transition holds its chunks; it frees it */
-	else
-		alloc_destroy(m, a);
+	alloc_release(m, a);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }

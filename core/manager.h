@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "dormant.h"
 #include "hostbuf.h"
+#include "slab.h"
 #include "transfer.h"
 #include "workers.h"
 
@@ -26,13 +27,26 @@ struct chunk {
 
 struct tag;
 
+/*
+ * An allocation. Three kinds:
+ *  - dedicated: its own address range and chunks (large allocations);
+ *  - slab: an internal allocation whose range small allocations share;
+ *  - sub-allocation: a range inside a slab, with no chunks of its own.
+ * Dedicated allocations and slabs own chunks and are on tag->allocs, which
+ * transitions walk; dedicated and sub-allocations are what users hold and
+ * are in dormant.allocs, which lookups search.
+ */
 struct alloc {
 	void *ptr;
 	size_t size;
-	size_t reserved;
+	size_t reserved;           /* address space of its own (0 for a sub-allocation) */
 	int device;
 	struct tag *tag;
-	struct alloc *prev, *next; /* in tag->allocs */
+	struct alloc *prev, *next; /* in tag->allocs: owners of chunks */
+	struct alloc *slab;        /* sub-allocation: the slab it lives in */
+	struct alloc *slab_next;   /* slab: in tag->slabs */
+	bool is_slab;
+	struct slab_space space;   /* slab: its free space */
 	bool in_transition;        /* a transition holds pointers to its chunks */
 	bool doomed;               /* freed during a transition: destroy at its end */
 	size_t chunk_count;
@@ -43,8 +57,9 @@ struct tag {
 	char name[DORMANT_TAG_MAX + 1];
 	enum dormant_policy policy;
 	enum dormant_state state;
-	struct alloc *allocs;
-	uint64_t allocations;
+	struct alloc *allocs;      /* chunk owners: dedicated allocations and slabs */
+	struct alloc *slabs;
+	uint64_t allocations;      /* held by users: dedicated and sub-allocations */
 	uint64_t bytes;
 	uint64_t reserved_bytes;
 	_Atomic uint64_t device_bytes;
@@ -96,6 +111,8 @@ struct dormant {
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */
 struct tag *tag_find(struct dormant *m, const char *name);
 void alloc_destroy(struct dormant *m, struct alloc *a);
+/* What a sleep copies of a chunk: a slab's up to its highest live byte. */
+void chunk_update_data_bytes(struct alloc *a, struct chunk *c);
 bool manager_all_awake(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
 bool guard_open(struct dormant *m);

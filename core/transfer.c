@@ -451,7 +451,7 @@ static int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item 
 		struct xfer_item *it = &items[i];
 
 		if (it->alloc->device == d && is_keep(it) && it->chunk->mapped &&
-		    needs_host_buffer(it->chunk))
+		    it->chunk->data_bytes && needs_host_buffer(it->chunk))
 			p->queue[p->count++] = it;
 	}
 	if (p->count && pthread_create(&p->thread, NULL, prep_main, p) == 0)
@@ -543,6 +543,15 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 
 		if (it->alloc->device != d || !is_keep(it) || !c->mapped)
 			continue;
+		if (c->data_bytes == 0) {
+			/* a slab's free tail: nothing to keep */
+			r = chunk_release(e, it->alloc, c);
+			if (r < 0)
+				goto err;
+			it->change->bytes_released += c->size;
+			t->released += c->size;
+			continue;
+		}
 		r = prep_wait(&prep, it);
 		if (r < 0)
 			goto err;

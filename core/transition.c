@@ -117,6 +117,8 @@ static int collect_items(struct transition *t)
 			for (size_t c = 0; c < a->chunk_count; c++) {
 				struct chunk *chunk = &a->chunks[c];
 
+				if (a->is_slab)
+					chunk_update_data_bytes(a, chunk);
 				if (chunk->mapped != t->sleep)
 					continue;
 				t->items[t->item_count++] = (struct xfer_item){
