@@ -527,8 +527,10 @@ static int listen_tcp(struct dormant_server *s, const char *listen_addr)
 	}
 	s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
 						    : ((struct sockaddr_in *)&bound)->sin_port);
-	snprintf(s->url, sizeof(s->url), "http://%s%s%s:%d", ai->ai_family == AF_INET6 ? "[" : "",
-		 host, ai->ai_family == AF_INET6 ? "]" : "", s->port);
+	/* brackets around an IPv6 literal, not around a name that resolved to
+	 * an IPv6 address */
+	snprintf(s->url, sizeof(s->url), "http://%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
+		 strchr(host, ':') ? "]" : "", s->port);
 	s->listen_fd = fd;
 	r = 0;
 	goto out;

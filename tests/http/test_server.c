@@ -123,6 +123,22 @@ Test(server, port_zero_and_address_in_use)
 	fixture_stop(&f);
 }
 
+Test(server, host_names_resolve)
+{
+	struct fixture_config config = { .server = { .listen = "localhost:0" } };
+	struct fixture f;
+	struct http_response r;
+	char url[64];
+
+	fixture_start(&f, &config);
+	snprintf(url, sizeof(url), "http://localhost:%d", dormant_server_port(f.server));
+	cr_assert_str_eq(dormant_server_url(f.server), url);
+	http_get(&f, "/healthz", &r);
+	cr_assert_eq(r.status, 200);
+	http_response_free(&r);
+	fixture_stop(&f);
+}
+
 Test(server, ipv6_loopback)
 {
 	struct fixture_config config = { .server = { .listen = "[::1]:0" } };
