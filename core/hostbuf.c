@@ -2,57 +2,15 @@
 #include "hostbuf.h"
 
 #include <errno.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #define HOSTBUF_ALIGN (2 * MiB)
 
-/* Fault in and pin pieces in parallel: faulting is per-core work, and a
- * piece is registered by the thread that touched it, while it is hot. */
-struct pin_job {
-	struct backend *backend;
-	char *ptr;
-	size_t size;
-	size_t piece;
-	bool *pinned;          /* per piece */
-	atomic_bool failed;
-	int error;
-	char message[DORMANT_ERROR_MAX];
-};
-
-static void pin_piece_run(void *arg, size_t i)
+static void unpin_pieces(struct backend *b, char *ptr, size_t size, size_t piece)
 {
-	struct pin_job *job = arg;
-	size_t offset = i * job->piece;
-	size_t len = MIN(job->piece, job->size - offset);
-	long page = sysconf(_SC_PAGESIZE);
-	int r;
-
-	if (atomic_load(&job->failed))
-		return;
-	for (size_t p = 0; p < len; p += (size_t)page)
-		((volatile char *)job->ptr)[offset + p] = 0;
-	r = job->backend->ops->host_pin(job->backend, job->ptr + offset, len);
-	if (r == 0) {
-		job->pinned[i] = true;
-		return;
-	}
-	if (!atomic_exchange(&job->failed, true)) {
-		job->error = r;
-		snprintf(job->message, sizeof(job->message), "%s", dormant_last_error());
-	}
-}
-
-static void unpin_pieces(struct backend *b, char *ptr, size_t size, size_t piece,
-			 const bool *pinned)
-{
-	for (size_t i = 0, off = 0; off < size; i++, off += piece)
-		if (!pinned || pinned[i])
-			b->ops->host_unpin(b, ptr + off);
+	for (size_t off = 0; off < size; off += piece)
+		b->ops->host_unpin(b, ptr + off);
 }
 
 int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret)
@@ -85,23 +43,24 @@ int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret)
 	return 0;
 }
 
-int hostbuf_pin(struct backend *b, struct workers *w, struct hostbuf *hb, size_t pin_piece)
+void hostbuf_touch(struct workers *w, struct hostbuf *hb)
 {
-	size_t pieces = (hb->size + pin_piece - 1) / pin_piece;
-	struct pin_job job = { .backend = b, .ptr = hb->ptr, .size = hb->size, .piece = pin_piece };
+	workers_touch(w, hb->ptr, hb->size);
+}
 
-	job.pinned = calloc(pieces, sizeof(*job.pinned));
-	if (!job.pinned)
-		return error_set(-ENOMEM, "out of host memory");
-	/* Registering touched memory is ten times faster than untouched. */
-	workers_parallel(w, pin_piece_run, &job, pieces);
-	if (atomic_load(&job.failed)) {
-		unpin_pieces(b, hb->ptr, hb->size, pin_piece, job.pinned);
-		free(job.pinned);
-		return error_set(job.error, "pinning %zu bytes of host memory: %s", hb->size,
-				 job.message);
+int hostbuf_pin(struct backend *b, struct hostbuf *hb, size_t pin_piece)
+{
+	size_t pinned = 0;
+	int r;
+
+	for (; pinned < hb->size; pinned += pin_piece) {
+		r = b->ops->host_pin(b, (char *)hb->ptr + pinned, MIN(pin_piece, hb->size - pinned));
+		if (r < 0) {
+			for (size_t off = 0; off < pinned; off += pin_piece)
+				b->ops->host_unpin(b, (char *)hb->ptr + off);
+			return error_prefix(r, "pinning %zu bytes of host memory", hb->size);
+		}
 	}
-	free(job.pinned);
 	hb->pin_piece = pin_piece;
 	return 0;
 }
@@ -111,7 +70,7 @@ void hostbuf_free(struct backend *b, struct hostbuf *hb)
 	if (!hb->ptr)
 		return;
 	if (hb->pin_piece)
-		unpin_pieces(b, hb->ptr, hb->size, hb->pin_piece, NULL);
+		unpin_pieces(b, hb->ptr, hb->size, hb->pin_piece);
 	munmap(hb->ptr, hb->size);
 	memset(hb, 0, sizeof(*hb));
 }

@@ -30,10 +30,13 @@ struct hostbuf {
  * A fault-injection point (DORMANT_FAULT_HOST_ALLOC). */
 int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret);
 
-/* Fault in and register an unpinned buffer in pieces of pin_piece bytes (a
- * multiple of the page size), spread over the workers. On failure the buffer
- * stays allocated and unpinned. */
-int hostbuf_pin(struct backend *b, struct workers *w, struct hostbuf *hb, size_t pin_piece);
+/* Fault the buffer in, spread over the workers: registering touched memory
+ * is ten times faster than untouched. */
+void hostbuf_touch(struct workers *w, struct hostbuf *hb);
+
+/* Register a (touched) buffer in pieces of pin_piece bytes, a multiple of
+ * the page size. On failure the buffer stays allocated and unpinned. */
+int hostbuf_pin(struct backend *b, struct hostbuf *hb, size_t pin_piece);
 /* Unpin and unmap; accepts an empty buffer, leaves it empty. */
 void hostbuf_free(struct backend *b, struct hostbuf *hb);
 

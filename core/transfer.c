@@ -111,7 +111,8 @@ static int staging_ready(struct engine *e, int d)
 	r = hostbuf_alloc(e->backend, e->staging_bytes, &ed->staging);
 	if (r < 0)
 		return error_prefix(r, "allocating the staging ring");
-	r = hostbuf_pin(e->backend, e->workers, &ed->staging, e->pin_piece);
+	hostbuf_touch(e->workers, &ed->staging);
+	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece);
 	if (r < 0) {
 		hostbuf_free(e->backend, &ed->staging);
 		return error_prefix(r, "allocating the staging ring");
@@ -357,11 +358,13 @@ static int issue_chunk(struct pipeline *p, struct xfer_item *it)
 
 /*
  * Host copies are pinned so that the copy engine moves them at full speed,
- * both ways. Pinning a fresh buffer (fault it in, register it) runs on the
- * workers and is the slow part of a first sleep, so a preparation thread
- * does it for the next chunks while the copies of the earlier ones run.
- * When pinning fails, the copy stays in ordinary memory and goes through
- * the pinned staging ring instead.
+ * both ways. A fresh buffer must be faulted in (per-core work, spread over
+ * the workers) and registered (a driver call that does not run in parallel
+ * with itself); together they are the slow part of a first sleep. So two
+ * threads run ahead of the copies: one faults in the buffers of the next
+ * chunks, the other registers those already faulted in, and the copies of
+ * earlier chunks run meanwhile. When registering fails, the copy stays in
+ * ordinary memory and goes through the pinned staging ring instead.
  */
 struct prep {
 	struct engine *e;
@@ -369,26 +372,28 @@ struct prep {
 	size_t count;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	size_t ready; /* queue[0..ready) have their buffers */
-	size_t next;  /* the consumer's next queue entry */
+	size_t faulted; /* queue[0..faulted) are allocated and touched */
+	size_t ready;   /* queue[0..ready) are pinned (or left unpinned) */
+	size_t next;    /* the consumer's next queue entry */
 	bool stop;
 	int error;
 	char message[DORMANT_ERROR_MAX];
-	pthread_t thread;
-	bool running;
+	pthread_t fault_thread, pin_thread;
+	bool fault_running, pin_running;
 };
 
-static bool needs_host_buffer(const struct chunk *c)
+static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
 {
-	return !c->host.ptr || c->host.size < c->data_bytes;
+	return !c->host.ptr || c->host.size < c->data_bytes || (e->pin_host && !c->host.pin_piece);
 }
 
-static int host_prepare(struct engine *e, struct xfer_item *it)
+/* Stage one: a buffer of the right size, faulted in. */
+static int host_fault_in(struct engine *e, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
 	int r;
 
-	if (c->host.ptr) { /* grown since its last sleep */
+	if (c->host.ptr) { /* grown since its last sleep, or left unpinned */
 		size_t size = c->host.size;
 
 		hostbuf_free(e->backend, &c->host);
@@ -398,17 +403,30 @@ static int host_prepare(struct engine *e, struct xfer_item *it)
 	if (r < 0)
 		return r;
 	account_host(it->tag, (int64_t)c->host.size);
-	if (e->pin_host) {
-		r = hostbuf_pin(e->backend, e->workers, &c->host, e->pin_piece);
-		if (r < 0)
-			log_write(&e->log, DORMANT_LOG_WARNING,
-				  "host copy stays unpinned (copied through the staging ring): %s",
-				  dormant_last_error());
-	}
+	if (e->pin_host)
+		hostbuf_touch(e->workers, &c->host);
 	return 0;
 }
 
-static void *prep_main(void *arg)
+/* Stage two: registered with the device, or left for the staging ring. */
+static void host_pin(struct engine *e, struct xfer_item *it)
+{
+	if (e->pin_host && hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece) < 0)
+		log_write(&e->log, DORMANT_LOG_WARNING,
+			  "host copy stays unpinned (copied through the staging ring): %s",
+			  dormant_last_error());
+}
+
+static void prep_fail(struct prep *p, int r)
+{
+	if (!p->error) {
+		p->error = r;
+		snprintf(p->message, sizeof(p->message), "%s", dormant_last_error());
+	}
+	pthread_cond_broadcast(&p->cond);
+}
+
+static void *prep_fault_main(void *arg)
 {
 	struct prep *p = arg;
 
@@ -416,23 +434,43 @@ static void *prep_main(void *arg)
 		int r;
 
 		pthread_mutex_lock(&p->lock);
-		if (p->stop) {
+		if (p->stop || p->error) {
 			pthread_mutex_unlock(&p->lock);
 			break;
 		}
 		pthread_mutex_unlock(&p->lock);
-		r = host_prepare(p->e, p->queue[k]);
+		r = host_fault_in(p->e, p->queue[k]);
 		pthread_mutex_lock(&p->lock);
-		if (r < 0) {
-			p->error = r;
-			snprintf(p->message, sizeof(p->message), "%s", dormant_last_error());
-		} else {
-			p->ready = k + 1;
-		}
+		if (r < 0)
+			prep_fail(p, r);
+		else
+			p->faulted = k + 1;
 		pthread_cond_broadcast(&p->cond);
 		pthread_mutex_unlock(&p->lock);
 		if (r < 0)
 			break;
+	}
+	return NULL;
+}
+
+static void *prep_pin_main(void *arg)
+{
+	struct prep *p = arg;
+
+	for (size_t k = 0; k < p->count; k++) {
+		pthread_mutex_lock(&p->lock);
+		while (p->faulted <= k && !p->stop && !p->error)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (p->faulted <= k) {
+			pthread_mutex_unlock(&p->lock);
+			break;
+		}
+		pthread_mutex_unlock(&p->lock);
+		host_pin(p->e, p->queue[k]);
+		pthread_mutex_lock(&p->lock);
+		p->ready = k + 1;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
 	}
 	return NULL;
 }
@@ -451,12 +489,25 @@ static int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item 
 		struct xfer_item *it = &items[i];
 
 		if (it->alloc->device == d && is_keep(it) && it->chunk->mapped &&
-		    it->chunk->data_bytes && needs_host_buffer(it->chunk))
+		    it->chunk->data_bytes && needs_host_buffer(e, it->chunk))
 			p->queue[p->count++] = it;
 	}
-	if (p->count && pthread_create(&p->thread, NULL, prep_main, p) == 0)
-		p->running = true;
-	/* without the thread, prep_wait() prepares each one itself */
+	if (!p->count)
+		return 0;
+	/* Without both threads, prep_wait() prepares each buffer itself. */
+	if (pthread_create(&p->fault_thread, NULL, prep_fault_main, p) != 0)
+		return 0;
+	p->fault_running = true;
+	if (pthread_create(&p->pin_thread, NULL, prep_pin_main, p) == 0) {
+		p->pin_running = true;
+		return 0;
+	}
+	/* prep_wait() redoes whatever the fault thread got to */
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->fault_thread, NULL);
+	p->fault_running = false;
 	return 0;
 }
 
@@ -469,8 +520,12 @@ static int prep_wait(struct prep *p, struct xfer_item *it)
 	if (k == p->count || p->queue[k] != it)
 		return 0; /* its buffer was there already */
 	p->next++;
-	if (!p->running)
-		return host_prepare(p->e, it);
+	if (!p->pin_running) {
+		r = host_fault_in(p->e, it);
+		if (r == 0)
+			host_pin(p->e, it);
+		return r;
+	}
 	pthread_mutex_lock(&p->lock);
 	while (p->ready <= k && !p->error)
 		pthread_cond_wait(&p->cond, &p->lock);
@@ -482,12 +537,14 @@ static int prep_wait(struct prep *p, struct xfer_item *it)
 
 static void prep_finish(struct prep *p)
 {
-	if (p->running) {
-		pthread_mutex_lock(&p->lock);
-		p->stop = true;
-		pthread_mutex_unlock(&p->lock);
-		pthread_join(p->thread, NULL);
-	}
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	if (p->fault_running)
+		pthread_join(p->fault_thread, NULL);
+	if (p->pin_running)
+		pthread_join(p->pin_thread, NULL);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p->queue);
