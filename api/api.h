@@ -41,13 +41,6 @@ enum api_kind {
 	API_KINDS,
 };
 
-/* Counts of transition requests that the manager's own counters do not
- * split by kind: refused as busy, or changing nothing. */
-struct api_counters {
-	_Atomic uint64_t busy[API_KINDS];
-	_Atomic uint64_t noop[API_KINDS];
-};
-
 /* What the handlers need besides the request; owned by the server. */
 struct api_context {
 	struct dormant *manager;
@@ -55,7 +48,6 @@ struct api_context {
 	void *stats_extra_userdata;
 	dormant_metrics_extra_fn metrics_extra;
 	void *metrics_extra_userdata;
-	struct api_counters counters;
 };
 
 struct api_param {
@@ -135,7 +127,7 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 
 /* The /metrics body; extra (may be NULL) is appended as is. Returns 0 or
  * -ENOMEM; *ret_text is malloc()ed. */
-int api_metrics_text(const struct dormant_stats *stats, const struct api_counters *counters,
-		     const char *extra, char **ret_text, size_t *ret_size);
+int api_metrics_text(const struct dormant_stats *stats, const char *extra, char **ret_text,
+		     size_t *ret_size);
 
 #endif

@@ -337,8 +337,6 @@ static void respond_transition(struct api_context *ctx, enum api_kind kind, int 
 		return;
 	}
 	if (r == 0) {
-		if (!json_is_true(json_object_get(report, "changed")))
-			atomic_fetch_add(&ctx->counters.noop[kind], 1);
 		respond_json(resp, 200, API_JSON, report, false);
 		return;
 	}
@@ -347,7 +345,6 @@ static void respond_transition(struct api_context *ctx, enum api_kind kind, int 
 	extra = json_pack("{s:o}", "report", report);
 	switch (r) {
 	case -EBUSY:
-		atomic_fetch_add(&ctx->counters.busy[kind], 1);
 		api_problem(resp, 409, "busy", extra, "%s", detail);
 		break;
 	case -ENOENT:
@@ -546,7 +543,7 @@ void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 			}
 		}
 	}
-	r = api_metrics_text(stats, &ctx->counters, extra, &text, &size);
+	r = api_metrics_text(stats, extra, &text, &size);
 	free(extra);
 	free(stats);
 	if (r < 0) {

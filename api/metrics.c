@@ -82,8 +82,7 @@ static void histogram(FILE *f, const char *kind, const struct dormant_histogram 
 	value_u64(f, h->count > cumulative ? h->count : cumulative);
 }
 
-static void write_metrics(FILE *f, const struct dormant_stats *st,
-			  const struct api_counters *counters)
+static void write_metrics(FILE *f, const struct dormant_stats *st)
 {
 	const struct dormant_transition_stats *last[API_KINDS] = { &st->last_sleep,
 								    &st->last_wake };
@@ -151,17 +150,16 @@ static void write_metrics(FILE *f, const struct dormant_stats *st,
 	value_u64(f, st->staging_bytes);
 
 	family(f, "dormant_transitions_total", "counter",
-	       "Sleeps and wakes by result; busy and noop count the ones asked over this "
-	       "server's HTTP API.");
+	       "Sleeps and wakes asked of the manager, by result.");
 	for (int k = 0; k < API_KINDS; k++) {
 		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"ok\"}", kind_names[k]);
 		value_u64(f, ok[k]);
 		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"failed\"}", kind_names[k]);
 		value_u64(f, failed[k]);
 		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"busy\"}", kind_names[k]);
-		value_u64(f, atomic_load(&counters->busy[k]));
+		value_u64(f, k == API_SLEEP ? st->sleeps_busy : st->wakes_busy);
 		fprintf(f, "dormant_transitions_total{kind=\"%s\",result=\"noop\"}", kind_names[k]);
-		value_u64(f, atomic_load(&counters->noop[k]));
+		value_u64(f, k == API_SLEEP ? st->sleeps_noop : st->wakes_noop);
 	}
 
 	family(f, "dormant_transition_duration_seconds", "histogram",
@@ -209,8 +207,8 @@ static void write_metrics(FILE *f, const struct dormant_stats *st,
 	}
 }
 
-int api_metrics_text(const struct dormant_stats *stats, const struct api_counters *counters,
-		     const char *extra, char **ret_text, size_t *ret_size)
+int api_metrics_text(const struct dormant_stats *stats, const char *extra, char **ret_text,
+		     size_t *ret_size)
 {
 	char *text = NULL;
 	size_t size = 0;
@@ -220,7 +218,7 @@ int api_metrics_text(const struct dormant_stats *stats, const struct api_counter
 	f = open_memstream(&text, &size);
 	if (!f)
 		return error_set(-ENOMEM, "out of host memory");
-	write_metrics(f, stats, counters);
+	write_metrics(f, stats);
 	if (extra && *extra) {
 		fputs(extra, f);
 		if (extra[strlen(extra) - 1] != '\n')

@@ -313,6 +313,8 @@ struct dormant_stats {
 	uint64_t wakes_ok, wakes_failed;
 	uint64_t noops;                 /* transitions that changed nothing */
 	uint64_t busy_rejections;       /* -EBUSY answers */
+	uint64_t sleeps_noop, wakes_noop; /* noops, by kind */
+	uint64_t sleeps_busy, wakes_busy; /* busy_rejections, by kind */
 	uint64_t bytes_to_host_total;
 	uint64_t bytes_to_device_total;
 	uint64_t bytes_released_total;

@@ -721,8 +721,12 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->sleeps_failed = m->sleeps_failed;
 	ret->wakes_ok = m->wakes_ok;
 	ret->wakes_failed = m->wakes_failed;
-	ret->noops = m->noops;
-	ret->busy_rejections = m->busy_rejections;
+	ret->sleeps_noop = m->noops[0];
+	ret->wakes_noop = m->noops[1];
+	ret->noops = m->noops[0] + m->noops[1];
+	ret->sleeps_busy = m->busy[0];
+	ret->wakes_busy = m->busy[1];
+	ret->busy_rejections = m->busy[0] + m->busy[1];
 	ret->bytes_to_host_total = m->bytes_to_host_total;
 	ret->bytes_to_device_total = m->bytes_to_device_total;
 	ret->bytes_released_total = m->bytes_released_total;

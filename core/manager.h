@@ -101,7 +101,8 @@ struct dormant {
 
 	bool healthy;
 	char health_error[DORMANT_ERROR_MAX];
-	uint64_t sleeps_ok, sleeps_failed, wakes_ok, wakes_failed, noops, busy_rejections;
+	uint64_t sleeps_ok, sleeps_failed, wakes_ok, wakes_failed;
+	uint64_t noops[2], busy[2]; /* [0] sleep, [1] wake */
 	uint64_t bytes_to_host_total, bytes_to_device_total;
 	uint64_t bytes_released_total, bytes_zeroed_total;
 	struct dormant_transition_stats last_sleep, last_wake;

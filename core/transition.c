@@ -244,7 +244,7 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 
 	pthread_mutex_lock(&m->lock);
 	if (m->transition_running) {
-		m->busy_rejections++;
+		m->busy[!sleep]++;
 		pthread_mutex_unlock(&m->lock);
 		return error_set(-EBUSY, "another sleep or wake is running");
 	}
@@ -254,7 +254,7 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		return r;
 	}
 	if (t.tag_count == 0) {
-		m->noops++;
+		m->noops[!sleep]++;
 		pthread_mutex_unlock(&m->lock);
 		return 0;
 	}
@@ -267,7 +267,7 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		r = guard_close(m, &rep->guard_wait_s);
 		if (r < 0) {
 			pthread_mutex_lock(&m->lock);
-			m->busy_rejections++;
+			m->busy[!sleep]++;
 			m->transition_running = false;
 			pthread_mutex_unlock(&m->lock);
 			return r;

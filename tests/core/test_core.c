@@ -399,6 +399,8 @@ Test(basics, asking_for_the_current_state_changes_nothing)
 	cr_expect_eq(rep.tags[0].before, DORMANT_ASLEEP);
 	cr_expect_eq(rep.tags[0].after, DORMANT_ASLEEP);
 	cr_expect_eq(stats(m)->noops, 2);
+	cr_expect_eq(stats(m)->wakes_noop, 1);
+	cr_expect_eq(stats(m)->sleeps_noop, 1);
 	cr_expect_eq(stats(m)->sleeps_ok, 1);
 	dormant_destroy(m);
 }
@@ -921,6 +923,8 @@ Test(guard, sleep_waits_for_steps_and_steps_wait_for_wake)
 	cr_expect_neq(strstr(rep.error, "step"), NULL, "%s", rep.error);
 	cr_expect_eq(state_of(m, "weights"), DORMANT_AWAKE);
 	cr_expect_eq(stats(m)->busy_rejections, 1);
+	cr_expect_eq(stats(m)->sleeps_busy, 1);
+	cr_expect_eq(stats(m)->wakes_busy, 0);
 
 	/* a step that leaves in time: the sleep waits for it */
 	pthread_create(&t, NULL, leave_later, m);
