@@ -98,7 +98,9 @@ struct dormant_options {
 	/* How long a sleep waits for running training steps (the guard) to
 	 * leave before failing with -EBUSY. 0: 30000; negative: forever. */
 	int guard_timeout_ms;
-	/* Host threads used for host-side copies. 0: min(online CPUs, 16). */
+	/* Host threads that fault in fresh host copies (and do the host side of
+	 * unpinned copies). 0: min(online CPUs, 8): on the H200 machine 8
+	 * faulted in faster than 16. */
 	unsigned copy_threads;
 	/* Pinned staging memory used to move data to and from unpinned host
 	 * memory (release mode). 0: 256 MiB. */

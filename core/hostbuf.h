@@ -16,9 +16,10 @@
 #include "backend.h"
 #include "workers.h"
 
-/* Default size of the pieces registered at once ($DORMANT_PIN_PIECE_BYTES):
- * small enough that the workers fault in and pin a chunk in parallel. */
-#define HOSTBUF_PIN_PIECE (64 * MiB)
+/* Default size of the pieces registered at once ($DORMANT_PIN_PIECE_BYTES).
+ * On the H200 machine 256 MiB pinned fresh memory faster than 64 MiB or
+ * 1 GiB (docs/benchmarks.md, "pinning sweep"). */
+#define HOSTBUF_PIN_PIECE (256 * MiB)
 
 struct hostbuf {
 	void *ptr;         /* NULL: no buffer */

@@ -109,7 +109,7 @@ static int options_resolve(const struct dormant_options *opts, struct dormant_op
 		o.guard_timeout_ms = DEFAULT_GUARD_TIMEOUT_MS;
 	if (o.copy_threads == 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		o.copy_threads = (unsigned)MAX(1L, MIN(cpus, 16L));
+		o.copy_threads = (unsigned)MAX(1L, MIN(cpus, 8L));
 	}
 	if (o.copy_threads > 256)
 		return error_set(-EINVAL, "copy_threads must be at most 256");
