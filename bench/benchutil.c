@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "util.h"
@@ -248,54 +247,62 @@ int number_parse(const char *text, unsigned long long min, unsigned long long ma
 	return 0;
 }
 
+/* ---- errors -------------------------------------------------------------- */
+
+const char *bench_program = "bench";
+
+static int report(const char *fmt, va_list ap, const char *why)
+{
+	fprintf(stderr, "%s: ", bench_program);
+	vfprintf(stderr, fmt, ap);
+	if (why)
+		fprintf(stderr, ": %s", why[0] ? why : "unknown error");
+	fputc('\n', stderr);
+	return -1;
+}
+
+int bench_fail(const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = report(fmt, ap, NULL);
+	va_end(ap);
+	return r;
+}
+
+int bench_fail_lib(const char *fmt, ...)
+{
+	const char *why = dormant_last_error();
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = report(fmt, ap, why);
+	va_end(ap);
+	return r;
+}
+
 /* ---- pinned host memory -------------------------------------------------- */
 
-#define PINNED_ALIGN (2 * MiB)
-
 int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
-		 struct pinned *ret)
+		 struct hostbuf *ret)
 {
-	size_t mapped = round_up(MAX(size, (size_t)1), 4096);
-	size_t span = mapped + PINNED_ALIGN;
-	struct pinned p = { .size = mapped, .piece_bytes = piece_bytes };
-	uintptr_t base, aligned;
-	char *ptr;
+	struct hostbuf hb;
 	int r;
 
 	if (piece_bytes == 0 || piece_bytes % 4096)
 		return error_set(-EINVAL, "pinned pieces must be a multiple of 4096 bytes");
-	ptr = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ptr == MAP_FAILED)
-		return error_set(-ENOMEM, "allocating %zu bytes of host memory: %s", size,
-				 strerror(errno));
-	base = (uintptr_t)ptr;
-	aligned = round_up(base, PINNED_ALIGN);
-	if (aligned > base)
-		munmap(ptr, aligned - base);
-	if (base + span > aligned + mapped)
-		munmap((void *)(aligned + mapped), base + span - aligned - mapped);
-	p.ptr = (void *)aligned;
-	madvise(p.ptr, mapped, MADV_HUGEPAGE);
-	/* Registering touched memory is far faster than untouched. */
-	workers_touch(w, p.ptr, mapped);
-	for (; p.pinned_bytes < mapped; p.pinned_bytes += piece_bytes) {
-		r = b->ops->host_pin(b, (char *)p.ptr + p.pinned_bytes,
-				    MIN(piece_bytes, mapped - p.pinned_bytes));
-		if (r < 0) {
-			pinned_free(b, &p);
-			return error_prefix(r, "pinning %zu bytes of host memory", size);
-		}
+	r = hostbuf_alloc(b, MAX(size, (size_t)1), &hb);
+	if (r < 0)
+		return r;
+	hostbuf_touch(w, &hb);
+	r = hostbuf_pin(b, &hb, piece_bytes);
+	if (r < 0) {
+		hostbuf_free(b, &hb);
+		return r;
 	}
-	*ret = p;
+	*ret = hb;
 	return 0;
-}
-
-void pinned_free(struct backend *b, struct pinned *p)
-{
-	if (!p->ptr)
-		return;
-	for (size_t off = 0; off < p->pinned_bytes; off += p->piece_bytes)
-		b->ops->host_unpin(b, (char *)p->ptr + off);
-	munmap(p->ptr, p->size);
-	memset(p, 0, sizeof(*p));
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "hostbuf.h"
 #include "workers.h"
 
 #define JSON_DEPTH_MAX 16
@@ -53,21 +54,20 @@ double process_cpu_s(void);
 uint64_t host_mem_total(void);
 uint64_t host_mem_available(void);
 
-/* Pinned host memory, as the engine makes it: 2 MiB aligned (huge pages
- * advised), faulted in over the worker threads, then registered with the
- * device in pieces of piece_bytes. A copy must stay inside one piece. */
-struct pinned {
-	void *ptr;
-	size_t size;        /* bytes mapped */
-	size_t piece_bytes;
-	size_t pinned_bytes;
-};
+/* The program's name, for bench_fail() messages. */
+extern const char *bench_program;
 
-/* Returns 0 or a negative errno with dormant_last_error() set. */
+/* Print "<program>: <what>" on stderr and return -1. */
+int bench_fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
+/* The same, followed by ": " and the library's message. */
+int bench_fail_lib(const char *fmt, ...) PRINTF_LIKE(1, 2);
+
+/* Pinned host memory, as the engine makes it (core/hostbuf.c): allocated,
+ * faulted in over the worker threads, registered in pieces of piece_bytes.
+ * A copy must stay inside one piece. Free it with hostbuf_free(). Returns 0
+ * or a negative errno with dormant_last_error() set. */
 int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
-		 struct pinned *ret);
-/* Unpin and unmap; accepts an empty one and leaves it empty. */
-void pinned_free(struct backend *b, struct pinned *p);
+		 struct hostbuf *ret);
 
 /* Parse a whole decimal number in [min, max] into *ret; -1 otherwise. */
 int number_parse(const char *text, unsigned long long min, unsigned long long max,

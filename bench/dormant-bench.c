@@ -124,7 +124,7 @@ struct bench {
 	struct workers *workers; /* the bench's own: pattern and checks */
 	struct dormant_stats *stats;
 	struct dormant_report *report;
-	struct pinned pattern;  /* pinned: what fill and check copy through */
+	struct hostbuf pattern;  /* pinned: what fill and check copy through */
 	size_t *bad_slices;
 	struct tensor *tensors;
 	size_t tensor_count;
@@ -142,33 +142,6 @@ struct bench {
 };
 
 /* ---- errors -------------------------------------------------------------- */
-
-/* Print "dormant-bench: <what>" and return -1. */
-static int PRINTF_LIKE(1, 2) fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("dormant-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return -1;
-}
-
-/* The same, followed by the library's message. */
-static int PRINTF_LIKE(1, 2) fail_lib(const char *fmt, ...)
-{
-	const char *why = dormant_last_error();
-	va_list ap;
-
-	fputs("dormant-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s\n", why[0] ? why : "unknown error");
-	return -1;
-}
 
 static void log_to_stderr(enum dormant_log_level level, const char *message, void *userdata)
 {
@@ -473,7 +446,7 @@ static int pattern_check(struct bench *b, size_t index, size_t offset, size_t le
 	if (first != SIZE_MAX) {
 		expected = zero ? 0 : pattern_word(t->key, job.base + first);
 		got = job.words[first];
-		return fail("check failed: %s tensor %zu (%zu bytes at %p), byte offset %zu holds "
+		return bench_fail("check failed: %s tensor %zu (%zu bytes at %p), byte offset %zu holds "
 			    "%016llx, expected %016llx%s",
 			    t->keep ? "kept" : "discarded", index, t->size, t->ptr,
 			    offset + first * 8, (unsigned long long)got,
@@ -486,7 +459,7 @@ static int pattern_check(struct bench *b, size_t index, size_t offset, size_t le
 		expected = zero ? 0 : pattern_word(t->key, job.base + job.count);
 		memcpy(&got, bytes, tail);
 		if (memcmp(bytes, &expected, tail) != 0)
-			return fail("check failed: %s tensor %zu, last %zu bytes differ",
+			return bench_fail("check failed: %s tensor %zu, last %zu bytes differ",
 				    t->keep ? "kept" : "discarded", index, tail);
 	}
 	return 0;
@@ -502,11 +475,11 @@ static int sizes_split(size_t total, size_t count, uint64_t *rng, size_t *sizes)
 	size_t previous = 0;
 
 	if (total / TENSOR_ALIGN < count)
-		return fail("%zu bytes cannot be split into %zu tensors of at least %d bytes", total,
+		return bench_fail("%zu bytes cannot be split into %zu tensors of at least %d bytes", total,
 			    count, TENSOR_ALIGN);
 	weights = malloc(count * sizeof(*weights));
 	if (!weights)
-		return fail("out of host memory");
+		return bench_fail("out of host memory");
 	for (size_t i = 0; i < count; i++) {
 		double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53;
 
@@ -546,7 +519,7 @@ static int tensors_plan(struct bench *b)
 	keep = calloc(n, sizeof(*keep));
 	discard = calloc(n, sizeof(*discard));
 	if (!b->tensors || !keep || !discard) {
-		fail("out of host memory");
+		bench_fail("out of host memory");
 		goto out;
 	}
 	if (b->keep_count && sizes_split(o->keep_bytes, n, &rng, keep) < 0)
@@ -616,7 +589,7 @@ static int tensors_allocate(struct bench *b)
 
 		if (dormant_alloc_on(b->m, t->keep ? KEEP_TAG : DISCARD_TAG, t->size, b->device,
 				     &t->ptr) < 0)
-			return fail_lib("allocating tensor %zu of %zu (%zu bytes)", i + 1,
+			return bench_fail_lib("allocating tensor %zu of %zu (%zu bytes)", i + 1,
 					b->tensor_count, t->size);
 	}
 	b->alloc_s = now_monotonic_s() - start;
@@ -636,7 +609,7 @@ static int tensors_fill(struct bench *b)
 
 			pattern_generate(b, t->key, off, len);
 			if (dormant_copy_to_device(b->m, (char *)t->ptr + off, b->pattern.ptr, len) < 0)
-				return fail_lib("filling tensor %zu", i);
+				return bench_fail_lib("filling tensor %zu", i);
 		}
 	}
 	b->fill_s = now_monotonic_s() - start;
@@ -655,7 +628,7 @@ static int tensors_check(struct bench *b)
 			size_t len = MIN(piece, t->size - off);
 
 			if (dormant_copy_to_host(b->m, b->pattern.ptr, (char *)t->ptr + off, len) < 0)
-				return fail_lib("reading tensor %zu back", i);
+				return bench_fail_lib("reading tensor %zu back", i);
 			if (pattern_check(b, i, off, len) < 0)
 				return -1;
 		}
@@ -676,10 +649,10 @@ static int tensors_corrupt(struct bench *b)
 	unsigned char byte;
 
 	if (dormant_copy_to_host(b->m, &byte, where, 1) < 0)
-		return fail_lib("reading a byte to corrupt");
+		return bench_fail_lib("reading a byte to corrupt");
 	byte ^= 0x5a;
 	if (dormant_copy_to_device(b->m, where, &byte, 1) < 0)
-		return fail_lib("corrupting a byte");
+		return bench_fail_lib("corrupting a byte");
 	fprintf(stderr, "dormant-bench: --debug-corrupt: changed the byte at %p\n", (void *)where);
 	return 0;
 }
@@ -697,7 +670,7 @@ static int snapshot_take(struct bench *b, struct snapshot *ret)
 	const struct dormant_stats *s = b->stats;
 
 	if (dormant_stats_get(b->m, b->stats) < 0)
-		return fail_lib("reading statistics");
+		return bench_fail_lib("reading statistics");
 	memset(ret, 0, sizeof(*ret));
 	for (size_t d = 0; d < s->device_count; d++) {
 		ret->free_bytes += s->devices[d].free_bytes;
@@ -730,7 +703,7 @@ static int fit_check(struct bench *b)
 		host_ceiling += dev_ceiling;
 	}
 	if (ops->mem_info(b->m->backend, b->device, &dev_free, &dev_total) < 0)
-		return fail_lib("reading device %d's free memory", b->device);
+		return bench_fail_lib("reading device %d's free memory", b->device);
 	b->device_total_bytes = dev_total;
 	dev_need = MAX(dev_run, dev_ceiling);
 	host_need = MAX(host_run, host_ceiling);
@@ -756,7 +729,7 @@ static int fit_check(struct bench *b)
 
 /* One direction over the whole buffer, as one stream of piece-sized copies
  * (a copy must not cross a pinned piece), timed to the last one's event. */
-static int ceiling_copy(struct backend *be, int d, const struct pinned *host, uintptr_t va,
+static int ceiling_copy(struct backend *be, int d, const struct hostbuf *host, uintptr_t va,
 			size_t bytes, bool to_host, void *stream, void *event, double *ret_s)
 {
 	double start = now_monotonic_s();
@@ -789,7 +762,7 @@ static int ceiling_measure(struct bench *b)
 	size_t size = round_up(bytes, b->granularity);
 	size_t chunk = MAX(MIN(round_up(GiB, b->granularity), size), (size_t)1);
 	size_t count = (size + chunk - 1) / chunk, mapped = 0;
-	struct pinned host = { 0 };
+	struct hostbuf host = { 0 };
 	uint64_t *handles;
 	void *stream = NULL, *event = NULL;
 	double start, ignored;
@@ -802,27 +775,27 @@ static int ceiling_measure(struct bench *b)
 		return 0;
 	handles = calloc(count, sizeof(*handles));
 	if (!handles)
-		return fail("out of host memory");
+		return bench_fail("out of host memory");
 	if (ops->va_reserve(be, d, size, b->granularity, &va) < 0) {
-		fail_lib("ceiling: reserving %zu bytes of device addresses", size);
+		bench_fail_lib("ceiling: reserving %zu bytes of device addresses", size);
 		goto err_handles;
 	}
 	for (; mapped < count; mapped++) {
 		size_t len = MIN(chunk, size - mapped * chunk);
 
 		if (backend_mem_create_map(be, d, va + mapped * chunk, len, &handles[mapped]) < 0) {
-			fail_lib("ceiling: mapping %zu bytes of device memory", len);
+			bench_fail_lib("ceiling: mapping %zu bytes of device memory", len);
 			goto err_unmap;
 		}
 	}
 	start = now_monotonic_s();
 	if (pinned_alloc(be, b->workers, bytes, HOSTBUF_PIN_PIECE, &host) < 0) {
-		fail_lib("ceiling: allocating %zu bytes of pinned host memory", bytes);
+		bench_fail_lib("ceiling: allocating %zu bytes of pinned host memory", bytes);
 		goto err_unmap;
 	}
 	c->pin_s = now_monotonic_s() - start;
 	if (ops->stream_create(be, d, &stream) < 0 || ops->event_create(be, d, &event) < 0) {
-		fail_lib("ceiling: creating a stream and an event");
+		bench_fail_lib("ceiling: creating a stream and an event");
 		goto err_host;
 	}
 	/* One piece each way first, so that nothing is paid for the first time
@@ -831,13 +804,13 @@ static int ceiling_measure(struct bench *b)
 			 event, &ignored) < 0 ||
 	    ceiling_copy(be, d, &host, va, MIN(bytes, (size_t)HOSTBUF_PIN_PIECE), false, stream,
 			 event, &ignored) < 0) {
-		fail_lib("ceiling: copying");
+		bench_fail_lib("ceiling: copying");
 		goto err_host;
 	}
 	for (unsigned rep = 0; rep < c->reps; rep++) {
 		if (ceiling_copy(be, d, &host, va, bytes, true, stream, event, &c->d2h_s[rep]) < 0 ||
 		    ceiling_copy(be, d, &host, va, bytes, false, stream, event, &c->h2d_s[rep]) < 0) {
-			fail_lib("ceiling: copying %zu bytes", bytes);
+			bench_fail_lib("ceiling: copying %zu bytes", bytes);
 			goto err_host;
 		}
 	}
@@ -852,7 +825,7 @@ err_host:
 	if (stream)
 		ops->stream_destroy(be, d, stream);
 	start = now_monotonic_s();
-	pinned_free(be, &host);
+	hostbuf_free(be, &host);
 	c->unpin_s = now_monotonic_s() - start;
 err_unmap:
 	while (mapped--) {
@@ -889,10 +862,10 @@ static int transition(struct bench *b, bool sleep, struct sample *s)
 	s->wall_s = now_monotonic_s() - start;
 	s->cpu_s = process_cpu_s() - cpu;
 	if (r < 0)
-		return fail_lib("%s", kind);
+		return bench_fail_lib("%s", kind);
 	for (size_t i = 0; i < rep->tag_count; i++)
 		if (rep->tags[i].after != target)
-			return fail("%s: tag '%s' is %s afterwards", kind, rep->tags[i].tag,
+			return bench_fail("%s: tag '%s' is %s afterwards", kind, rep->tags[i].tag,
 				    dormant_state_name(rep->tags[i].after));
 	s->duration_s = rep->duration_s;
 	s->copy_gbps = rep->copy_gbps;
@@ -1288,10 +1261,10 @@ static int results_write(const struct bench *b)
 		return 0;
 	f = fopen(b->opt.json_out, "w");
 	if (!f)
-		return fail("cannot write %s: %s", b->opt.json_out, strerror(errno));
+		return bench_fail("cannot write %s: %s", b->opt.json_out, strerror(errno));
 	json_write(b, &md, f);
 	if (fclose(f) != 0)
-		return fail("writing %s: %s", b->opt.json_out, strerror(errno));
+		return bench_fail("writing %s: %s", b->opt.json_out, strerror(errno));
 	return 0;
 }
 
@@ -1316,36 +1289,36 @@ static int bench_setup(struct bench *b)
 	b->report = calloc(1, sizeof(*b->report));
 	b->cycles = calloc(o->cycles, sizeof(*b->cycles));
 	if (!b->stats || !b->report || !b->cycles)
-		return fail("out of host memory");
+		return bench_fail("out of host memory");
 	r = workers_new((unsigned)MAX(1L, MIN(cpus, 16L)), &b->workers);
 	if (r < 0)
-		return fail("starting threads: %s", strerror(-r));
+		return bench_fail("starting threads: %s", strerror(-r));
 	if (dormant_new(&dopts, &b->m) < 0)
-		return fail_lib("creating the manager");
+		return bench_fail_lib("creating the manager");
 	if (dormant_set_policy(b->m, KEEP_TAG, DORMANT_KEEP) < 0 ||
 	    dormant_set_policy(b->m, DISCARD_TAG, DORMANT_DISCARD) < 0)
-		return fail_lib("setting tag policies");
+		return bench_fail_lib("setting tag policies");
 	b->host_backend = strcmp(dormant_backend_name(b->m), "host") == 0;
 	b->device = b->m->backend->ops->current_device(b->m->backend);
 	if (b->m->backend->ops->granularity(b->m->backend, b->device, &b->granularity) < 0)
-		return fail_lib("reading the device's granularity");
+		return bench_fail_lib("reading the device's granularity");
 	if (tensors_plan(b) < 0)
 		return -1;
 	for (size_t i = 0; i < b->tensor_count; i++)
 		largest = MAX(largest, b->tensors[i].size);
 	if (pinned_alloc(b->m->backend, b->workers, MIN(round_up(largest, 8), HOSTBUF_PIN_PIECE),
 			 HOSTBUF_PIN_PIECE, &b->pattern) < 0)
-		return fail_lib("allocating the pattern buffer");
+		return bench_fail_lib("allocating the pattern buffer");
 	b->bad_slices = calloc(slices_of(b->pattern.size / 8) + 1, sizeof(*b->bad_slices));
 	if (!b->bad_slices)
-		return fail("out of host memory");
+		return bench_fail("out of host memory");
 	return 0;
 }
 
 static void bench_finish(struct bench *b)
 {
 	if (b->m) {
-		pinned_free(b->m->backend, &b->pattern);
+		hostbuf_free(b->m->backend, &b->pattern);
 		dormant_destroy(b->m);
 	}
 	workers_destroy(b->workers);
@@ -1387,6 +1360,7 @@ int main(int argc, char **argv)
 	struct bench b = { 0 };
 	int r;
 
+	bench_program = "dormant-bench";
 	if (options_parse(argc, argv, &b.opt) < 0)
 		return EXIT_USAGE;
 	r = bench_run(&b);

@@ -113,31 +113,6 @@ struct member {
 
 static struct member members[THREADS_MAX];
 
-static int PRINTF_LIKE(1, 2) fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("probe-vmm: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return -1;
-}
-
-static int PRINTF_LIKE(1, 2) fail_lib(const char *fmt, ...)
-{
-	const char *why = dormant_last_error();
-	va_list ap;
-
-	fputs("probe-vmm: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s\n", why[0] ? why : "unknown error");
-	return -1;
-}
-
 /* ---- options ------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -167,17 +142,17 @@ static int list_parse(const char *name, const char *text, size_t *ret_count,
 	size_t n = 0;
 
 	if (strlen(text) >= sizeof(buf))
-		return fail("%s is too long", name);
+		return bench_fail("%s is too long", name);
 	snprintf(buf, sizeof(buf), "%s", text);
 	for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		if (n == LIST_MAX)
-			return fail("%s: at most %d items", name, LIST_MAX);
+			return bench_fail("%s: at most %d items", name, LIST_MAX);
 		if (parse(item, n, out) < 0)
-			return fail("%s: bad item '%s'", name, item);
+			return bench_fail("%s: bad item '%s'", name, item);
 		n++;
 	}
 	if (n == 0)
-		return fail("%s is empty", name);
+		return bench_fail("%s is empty", name);
 	*ret_count = n;
 	return 0;
 }
@@ -226,12 +201,12 @@ static int options_parse(int argc, char **argv, struct options *o)
 		switch (c) {
 		case OPT_BACKEND:
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cuda") && strcmp(optarg, "host"))
-				return fail("--backend must be auto, cuda or host");
+				return bench_fail("--backend must be auto, cuda or host");
 			o->backend = optarg;
 			break;
 		case OPT_SIZE:
 			if (size_parse(optarg, &o->size) < 0 || o->size == 0)
-				return fail("--size: '%s' is not a size above 0", optarg);
+				return bench_fail("--size: '%s' is not a size above 0", optarg);
 			break;
 		case OPT_CHUNKS:
 			chunks = optarg;
@@ -241,12 +216,12 @@ static int options_parse(int argc, char **argv, struct options *o)
 			break;
 		case OPT_REPS:
 			if (number_parse(optarg, 1, REPS_MAX, &n) < 0)
-				return fail("--reps must be 1 to %d", REPS_MAX);
+				return bench_fail("--reps must be 1 to %d", REPS_MAX);
 			o->reps = (unsigned)n;
 			break;
 		case OPT_OVERLAP:
 			if (size_parse(optarg, &o->overlap) < 0)
-				return fail("--overlap: '%s' is not a size", optarg);
+				return bench_fail("--overlap: '%s' is not a size", optarg);
 			break;
 		case OPT_LABEL:
 			o->label = optarg;
@@ -267,7 +242,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 		}
 	}
 	if (optind < argc)
-		return fail("unexpected argument '%s'", argv[optind]);
+		return bench_fail("unexpected argument '%s'", argv[optind]);
 	if (list_parse("--threads", threads, &o->thread_count, thread_item, o->threads) < 0)
 		return -1;
 	if (chunks)
@@ -394,7 +369,7 @@ static int team_start(struct team *t, struct probe *p, unsigned threads)
 	pthread_mutex_unlock(&t->lock);
 	if (t->threads < wanted) {
 		team_finish(t);
-		return fail("could start only %u of %u threads", t->threads, wanted);
+		return bench_fail("could start only %u of %u threads", t->threads, wanted);
 	}
 	return 0;
 }
@@ -423,7 +398,7 @@ static int team_phase(struct team *t, enum phase phase, double *ret_s)
 	if (phase == PHASE_ZERO) {
 		r = zero_chunks(t->p, t->chunk, t->count);
 		*ret_s = now_monotonic_s() - start;
-		return r < 0 ? fail_lib("zero-filling %zu chunks", t->count) : 0;
+		return r < 0 ? bench_fail_lib("zero-filling %zu chunks", t->count) : 0;
 	}
 	if (t->threads > 1)
 		pthread_barrier_wait(&t->start);
@@ -432,7 +407,7 @@ static int team_phase(struct team *t, enum phase phase, double *ret_s)
 		pthread_barrier_wait(&t->done);
 	*ret_s = now_monotonic_s() - start;
 	if (t->error)
-		return fail("%s of %zu chunks of %zu bytes: %s", phase_names[phase], t->count,
+		return bench_fail("%s of %zu chunks of %zu bytes: %s", phase_names[phase], t->count,
 			    t->chunk, t->message);
 	return 0;
 }
@@ -482,7 +457,7 @@ static int measure_row(struct probe *p, size_t chunk, unsigned threads, struct r
 /* ---- overlap ------------------------------------------------------------- */
 
 /* Queue a copy of bytes between the host buffer and va, in pinned pieces. */
-static int copy_queue(struct probe *p, struct pinned *host, uintptr_t va, size_t bytes,
+static int copy_queue(struct probe *p, struct hostbuf *host, uintptr_t va, size_t bytes,
 		      bool to_host)
 {
 	for (size_t off = 0; off < bytes; off += HOSTBUF_PIN_PIECE) {
@@ -519,21 +494,21 @@ static int measure_overlap(struct probe *p, struct workers *w)
 	size_t copy_chunks = count - 1;
 	uintptr_t x;
 	uint64_t x_handle = 0;
-	struct pinned host = { 0 };
+	struct hostbuf host = { 0 };
 	double start, t;
 	int r;
 
 	/* Memory: the copied range in count - 1 chunks, then chunk X, all in
 	 * the probe's reserved range (it holds SIZE bytes). */
 	if (bytes + chunk > p->va_size)
-		return fail("--overlap %zu bytes (+ one %zu-byte chunk) does not fit in --size",
+		return bench_fail("--overlap %zu bytes (+ one %zu-byte chunk) does not fit in --size",
 			    p->opt.overlap, chunk);
 	o->copy_bytes = bytes;
 	o->chunk_bytes = chunk;
 	for (size_t k = 0; k < copy_chunks; k++) {
 		r = backend_mem_create_map(be, d, p->va + k * chunk, chunk, &p->handles[k]);
 		if (r < 0) {
-			fail_lib("overlap: mapping the copied range");
+			bench_fail_lib("overlap: mapping the copied range");
 			goto out;
 		}
 		p->state[k] = CHUNK_MAPPED;
@@ -541,7 +516,7 @@ static int measure_overlap(struct probe *p, struct workers *w)
 	x = p->va + copy_chunks * chunk;
 	r = pinned_alloc(be, w, bytes, HOSTBUF_PIN_PIECE, &host);
 	if (r < 0) {
-		fail_lib("overlap: allocating %zu bytes of pinned host memory", bytes);
+		bench_fail_lib("overlap: allocating %zu bytes of pinned host memory", bytes);
 		goto out;
 	}
 	/* Warm the copy path, then the copies alone. */
@@ -561,7 +536,7 @@ static int measure_overlap(struct probe *p, struct workers *w)
 		r = copy_wait(p);
 	o->h2d_alone_s = now_monotonic_s() - start;
 	if (r < 0) {
-		fail_lib("overlap: copying");
+		bench_fail_lib("overlap: copying");
 		goto out_host;
 	}
 
@@ -586,21 +561,21 @@ static int measure_overlap(struct probe *p, struct workers *w)
 		o->release_idle_s = elapsed_s(t);
 	}
 	if (r < 0) {
-		fail_lib("overlap: chunk operations on an idle device");
+		bench_fail_lib("overlap: chunk operations on an idle device");
 		goto out_host;
 	}
 
 	/* Sleep's case: unmap and release X while a copy to the host runs. */
 	r = backend_mem_create_map(be, d, x, chunk, &x_handle);
 	if (r < 0) {
-		fail_lib("overlap: mapping a chunk");
+		bench_fail_lib("overlap: mapping a chunk");
 		goto out_host;
 	}
 	start = now_monotonic_s();
 	r = copy_queue(p, &host, p->va, bytes, true);
 	if (r < 0) {
 		backend_mem_unmap_release(be, d, x, chunk, x_handle);
-		fail_lib("overlap: copying");
+		bench_fail_lib("overlap: copying");
 		goto out_host;
 	}
 	t = now_monotonic_s();
@@ -614,7 +589,7 @@ static int measure_overlap(struct probe *p, struct workers *w)
 		r = -EIO;
 	o->d2h_busy_s = elapsed_s(start);
 	if (r < 0) {
-		fail_lib("overlap: unmapping while copying");
+		bench_fail_lib("overlap: unmapping while copying");
 		goto out_host;
 	}
 
@@ -622,7 +597,7 @@ static int measure_overlap(struct probe *p, struct workers *w)
 	start = now_monotonic_s();
 	r = copy_queue(p, &host, p->va, bytes, false);
 	if (r < 0) {
-		fail_lib("overlap: copying");
+		bench_fail_lib("overlap: copying");
 		goto out_host;
 	}
 	t = now_monotonic_s();
@@ -641,13 +616,13 @@ static int measure_overlap(struct probe *p, struct workers *w)
 	if (r == 0)
 		backend_mem_unmap_release(be, d, x, chunk, x_handle);
 	if (r < 0) {
-		fail_lib("overlap: mapping while copying");
+		bench_fail_lib("overlap: mapping while copying");
 		goto out_host;
 	}
 	o->measured = true;
 
 out_host:
-	pinned_free(be, &host);
+	hostbuf_free(be, &host);
 out:
 	chunks_cleanup(p, chunk, copy_chunks);
 	return r < 0 ? -1 : 0;
@@ -766,14 +741,14 @@ static int probe_run(struct probe *p, struct workers *w)
 	int r;
 
 	if (backend_new(&config, &p->be) < 0)
-		return fail_lib("starting the %s backend", p->opt.backend);
+		return bench_fail_lib("starting the %s backend", p->opt.backend);
 	ops = p->be->ops;
 	p->device = ops->current_device(p->be);
 	if (ops->granularity(p->be, p->device, &p->granularity) < 0)
-		return fail_lib("reading the granularity");
+		return bench_fail_lib("reading the granularity");
 	p->va_size = round_up(p->opt.size, p->granularity);
 	if (ops->mem_info(p->be, p->device, &dev_free, &dev_total) < 0)
-		return fail_lib("reading free device memory");
+		return bench_fail_lib("reading free device memory");
 	if (p->va_size > dev_free) {
 		fprintf(stderr, "probe-vmm: skipped: needs %s of device memory, %s free\n",
 			bytes_human(p->va_size, need, sizeof(need)),
@@ -783,19 +758,19 @@ static int probe_run(struct probe *p, struct workers *w)
 	for (size_t i = 0; i < p->opt.chunk_count; i++) {
 		p->opt.chunks[i] = round_up(p->opt.chunks[i], p->granularity);
 		if (p->opt.chunks[i] > p->va_size)
-			return fail("chunk %zu is larger than --size", p->opt.chunks[i]);
+			return bench_fail("chunk %zu is larger than --size", p->opt.chunks[i]);
 		max_count = MAX(max_count, p->va_size / p->opt.chunks[i]);
 	}
 	max_count = MAX(max_count, p->va_size / MIN(round_up(GiB, p->granularity), p->va_size));
 	p->handles = calloc(max_count + 1, sizeof(*p->handles));
 	p->state = calloc(max_count + 1, 1);
 	if (!p->handles || !p->state)
-		return fail("out of host memory");
+		return bench_fail("out of host memory");
 	if (ops->va_reserve(p->be, p->device, p->va_size, p->granularity, &p->va) < 0)
-		return fail_lib("reserving %zu bytes of device addresses", p->va_size);
+		return bench_fail_lib("reserving %zu bytes of device addresses", p->va_size);
 	if (ops->stream_create(p->be, p->device, &p->stream) < 0 ||
 	    ops->event_create(p->be, p->device, &p->event) < 0)
-		return fail_lib("creating a stream and an event");
+		return bench_fail_lib("creating a stream and an event");
 	p->opt.size = p->va_size;
 
 	for (size_t c = 0; c < p->opt.chunk_count; c++) {
@@ -828,10 +803,10 @@ static int probe_run(struct probe *p, struct workers *w)
 		return 0;
 	f = fopen(p->opt.json_out, "w");
 	if (!f)
-		return fail("cannot write %s: %s", p->opt.json_out, strerror(errno));
+		return bench_fail("cannot write %s: %s", p->opt.json_out, strerror(errno));
 	json_write(p, f);
 	if (fclose(f) != 0)
-		return fail("writing %s: %s", p->opt.json_out, strerror(errno));
+		return bench_fail("writing %s: %s", p->opt.json_out, strerror(errno));
 	return 0;
 }
 
@@ -857,8 +832,9 @@ int main(int argc, char **argv)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int r;
 
+	bench_program = "probe-vmm";
 	if (!p) {
-		fail("out of host memory");
+		bench_fail("out of host memory");
 		return 1;
 	}
 	if (options_parse(argc, argv, &p->opt) < 0) {
@@ -868,7 +844,7 @@ int main(int argc, char **argv)
 	r = workers_new((unsigned)MAX(1L, MIN(cpus, 16L)), &w);
 	if (r < 0) {
 		free(p);
-		fail("starting threads: %s", strerror(-r));
+		bench_fail("starting threads: %s", strerror(-r));
 		return 1;
 	}
 	r = probe_run(p, w);
