@@ -77,26 +77,17 @@ static int host_granularity(struct backend *b, int device, size_t *ret)
 static int host_va_reserve(struct backend *b, int device, size_t size, size_t align,
 			   uintptr_t *ret)
 {
-	size_t span = size + align;
-	uintptr_t base, aligned;
 	void *p;
 	int r = check_device(b, device);
 
 	if (r < 0)
 		return r;
-	p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	p = mmap_aligned(size, align, PROT_NONE, MAP_NORESERVE);
 	if (p == MAP_FAILED)
 		return error_set(-ENOMEM, "reserving %zu bytes of address space: %s", size,
 				 strerror(errno));
-	base = (uintptr_t)p;
-	aligned = round_up(base, align);
-	/* Trim the slack so that va_free(aligned, size) frees everything. */
-	if (aligned > base)
-		munmap(p, aligned - base);
-	if (base + span > aligned + size)
-		munmap((void *)(aligned + size), base + span - aligned - size);
 	atomic_store(&host(b)->active[device], true);
-	*ret = aligned;
+	*ret = (uintptr_t)p;
 	return 0;
 }
 

@@ -16,26 +16,17 @@ static void unpin_pieces(struct backend *b, char *ptr, size_t size, size_t piece
 int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret)
 {
 	size_t mapped = round_up(size, 4096);
-	size_t span = mapped + HOSTBUF_ALIGN;
-	uintptr_t base, aligned;
-	char *ptr;
+	void *ptr;
 	int r;
 
 	r = backend_fault_check(b, DORMANT_FAULT_HOST_ALLOC);
 	if (r < 0)
 		return r;
-	ptr = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* 2 MiB aligned, so that huge pages can back the whole buffer */
+	ptr = mmap_aligned(mapped, HOSTBUF_ALIGN, PROT_READ | PROT_WRITE, 0);
 	if (ptr == MAP_FAILED)
 		return error_set(-ENOMEM, "allocating %zu bytes of host memory: %s", size,
 				 strerror(errno));
-	/* Align to 2 MiB so that huge pages can back the whole buffer. */
-	base = (uintptr_t)ptr;
-	aligned = round_up(base, HOSTBUF_ALIGN);
-	if (aligned > base)
-		munmap(ptr, aligned - base);
-	if (base + span > aligned + mapped)
-		munmap((void *)(aligned + mapped), base + span - aligned - mapped);
-	ptr = (char *)aligned;
 	madvise(ptr, mapped, MADV_HUGEPAGE);
 	ret->ptr = ptr;
 	ret->size = mapped;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static _Thread_local char thread_error[DORMANT_ERROR_MAX];
@@ -84,6 +85,23 @@ double now_unix_s(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void *mmap_aligned(size_t size, size_t align, int prot, int flags)
+{
+	size_t span = size + align;
+	uintptr_t base, aligned;
+	void *p = mmap(NULL, span, prot, flags | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return p;
+	base = (uintptr_t)p;
+	aligned = round_up(base, align);
+	if (aligned > base)
+		munmap(p, aligned - base);
+	if (base + span > aligned + size)
+		munmap((void *)(aligned + size), base + span - aligned - size);
+	return (void *)aligned;
 }
 
 int tag_name_check(const char *tag)

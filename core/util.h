@@ -51,6 +51,11 @@ static inline size_t round_up(size_t value, size_t multiple)
 	return (value + multiple - 1) / multiple * multiple;
 }
 
+/* mmap() an anonymous private range of size bytes aligned to align (a power
+ * of two), with the slack trimmed so that munmap(ptr, size) frees it all.
+ * Returns MAP_FAILED with errno set on failure. */
+void *mmap_aligned(size_t size, size_t align, int prot, int flags);
+
 /* Valid tag: 1..DORMANT_TAG_MAX characters of [A-Za-z0-9_.:-]. */
 int tag_name_check(const char *tag);
 
