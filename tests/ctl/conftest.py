@@ -4,76 +4,17 @@ host backend, no GPU) and a small mock server for answers dormantd never
 gives (oversized, not JSON, a counted concurrency)."""
 import os
 import pathlib
-import signal
-import subprocess
+import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from dormantd_process import Dormantd  # noqa: E402
+
 DORMANTD = os.environ.get("DORMANTD", "")
 DORMANTCTL = os.environ.get("DORMANTCTL", "")
-START_TIMEOUT_S = 20
-
-
-class Daemon:
-    """One `dormantd --backend host` on 127.0.0.1 (a free port) or a socket."""
-
-    def __init__(self, tmp: pathlib.Path, name: str, *extra: str, unix: bool = False):
-        self.port_file = tmp / f"{name}.port"
-        self.unix_path = str(tmp / f"{name}.sock") if unix else None
-        self.log = open(tmp / f"{name}.log", "w+")
-        args = [DORMANTD, "--backend", "host", "--keep", "8MiB", "--discard", "8MiB",
-                "--quiet"]
-        if unix:
-            args += ["--unix", self.unix_path]
-        else:
-            args += ["--listen", "127.0.0.1:0", "--port-file", str(self.port_file)]
-        args += list(extra)
-        env = dict(os.environ)
-        env.pop("DORMANT_TOKEN", None)
-        env.pop("DORMANT_TOKEN_FILE", None)
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env)
-        self.port = None
-        self._wait_listening()
-
-    def _wait_listening(self):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"dormantd exited ({self.proc.returncode}): {self.log.read()}")
-            if self.unix_path:
-                if os.path.exists(self.unix_path):
-                    return
-            elif self.port_file.exists():
-                text = self.port_file.read_text().strip()
-                if text:
-                    self.port = int(text)
-                    return
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError("dormantd did not start listening")
-
-    @property
-    def endpoint(self) -> str:
-        return f"unix:{self.unix_path}" if self.unix_path else f"127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture
@@ -84,7 +25,7 @@ def daemons(tmp_path):
     started = []
 
     def start(count=1, *extra, unix=False):
-        new = [Daemon(tmp_path, f"d{len(started) + i}", *extra, unix=unix)
+        new = [Dormantd(DORMANTD, tmp_path, f"d{len(started) + i}", *extra, unix=unix)
                for i in range(count)]
         started.extend(new)
         return new

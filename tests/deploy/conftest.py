@@ -2,12 +2,13 @@
 """Paths and loaders for the deploy checks."""
 import os
 import pathlib
-import signal
-import subprocess
-import time
+import sys
 
 import pytest
 import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from dormantd_process import Dormantd  # noqa: E402
 
 SOURCE_ROOT = pathlib.Path(os.environ.get("SOURCE_ROOT",
                                           pathlib.Path(__file__).resolve().parents[2]))
@@ -39,42 +40,12 @@ def one(docs, kind):
     return docs[kind][0]
 
 
-class Daemon:
-    def __init__(self, tmp, name, *args):
-        port_file = tmp / f"{name}.port"
-        self.proc = subprocess.Popen(
-            [tool("dormantd"), "--backend", "host", "--listen", "127.0.0.1:0",
-             "--port-file", str(port_file), "--keep", "8MiB", "--discard", "8MiB", "--quiet",
-             *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"dormantd exited: {self.proc.stderr.read().decode()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("dormantd did not start")
-            time.sleep(0.02)
-        self.port = int(port_file.read_text())
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stderr.close()
-
-
 @pytest.fixture
 def daemon(tmp_path):
     started = []
 
     def start(*args):
-        d = Daemon(tmp_path, f"d{len(started)}", *args)
+        d = Dormantd(tool("dormantd"), tmp_path, f"d{len(started)}", *args)
         started.append(d)
         return d
 

@@ -8,14 +8,16 @@ Run by meson (suite http) with DORMANTD and OPENAPI set:
 import http.client
 import json
 import os
-import signal
-import subprocess
+import sys
 import tempfile
 import time
 
 import jsonschema
 import pytest
 import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from dormantd_process import Dormantd  # noqa: E402
 
 DORMANTD = os.environ.get('DORMANTD', 'build/tools/dormantd')
 OPENAPI = os.environ.get('OPENAPI', 'openapi.yaml')
@@ -107,21 +109,17 @@ def check(response, path, method, body):
 
 # ---- a running dormantd ------------------------------------------------------
 
-class Daemon:
+class Daemon(Dormantd):
     def __init__(self, *args):
         self.tmp = tempfile.TemporaryDirectory()
-        port_file = os.path.join(self.tmp.name, 'port')
-        env = dict(os.environ, DORMANT_HOST_DEVICE_BYTES='256MiB')
-        self.proc = subprocess.Popen(
-            [DORMANTD, '--listen', '127.0.0.1:0', '--port-file', port_file, '--backend', 'host',
-             '--keep', '4MiB', '--discard', '4MiB', '--quiet'] + list(args),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith('dormantd listening on http://127.0.0.1:'), \
-            (line, self.proc.stderr.read().decode() if self.proc.poll() is not None else '')
-        with open(port_file) as f:
-            self.port = int(f.read())
-        assert line.strip().endswith(':%d' % self.port)
+        super().__init__(DORMANTD, self.tmp.name, 'dormantd', *args, keep='4MiB',
+                         discard='4MiB', env={'DORMANT_HOST_DEVICE_BYTES': '256MiB'})
+        # the port file is written first, then this line
+        want = 'dormantd listening on http://127.0.0.1:%d\n' % self.port
+        deadline = time.monotonic() + 10
+        while want not in self.output() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert want in self.output(), self.output()
 
     def request(self, method, path, body=None, headers=None, check_spec=True):
         conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=60)
@@ -138,14 +136,10 @@ class Daemon:
         return response, doc
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout=60)
+            return super().stop(timeout_s=60)
         finally:
-            self.proc.stdout.close()
-            self.proc.stderr.close()
             self.tmp.cleanup()
-        return rc
 
 
 @pytest.fixture
