@@ -102,8 +102,8 @@ struct dormant_options {
 	 * unpinned copies). 0: min(online CPUs, 8): on the H200 machine 8
 	 * faulted in faster than 16. */
 	unsigned copy_threads;
-	/* Pinned staging memory used to move data to and from unpinned host
-	 * memory (release mode). 0: 256 MiB. */
+	/* Pinned staging ring for host copies that stay unpinned (pinning
+	 * failed, or $DORMANT_PIN_HOST=0); allocated only then. 0: 256 MiB. */
 	size_t staging_bytes;
 	/* Host backend only: number of simulated devices.
 	 * 0: $DORMANT_HOST_DEVICES, else 1. */

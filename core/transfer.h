@@ -9,9 +9,12 @@
  *  - Wake: create and map every chunk, zero-fill DISCARD chunks on a second
  *    stream, copy KEEP chunks back, synchronize.
  *
- * Host copies live in pinned buffers (retain mode: copied straight over
- * PCIe) or in ordinary memory (release mode: through a small pinned staging
- * ring, with the host-side memcpy spread over the worker threads).
+ * Host copies live in pinned buffers, copied straight over PCIe both ways;
+ * a sleep that needs fresh ones has two threads fault them in and register
+ * them ahead of the copies (retain mode keeps them between cycles, release
+ * mode gives them back after the wake). A copy that cannot be pinned (or with
+ * DORMANT_PIN_HOST=0) goes through a small pinned staging ring instead, the
+ * host-side memcpy spread over the worker threads.
  *
  * Failure: a failed sleep is rolled back (released chunks are mapped again
  * and restored); a failed wake gives back everything it mapped. Host copies
