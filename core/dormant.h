@@ -193,6 +193,23 @@ DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *tag, int 
  */
 DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr);
 
+/*
+ * [ptr, ptr + size) of a managed allocation (a dedicated one or a slab's
+ * sub-allocation; any alignment, across chunk boundaries) holds nothing that
+ * must survive the next sleep: that sleep copies none of it (its host copy
+ * holds only the other bytes, so no host memory either) and the wake after
+ * it zero-fills it. The PyTorch glue marks the blocks its caching allocator
+ * holds free. Marks add up; they last until the next wake that succeeds
+ * (also one that changes nothing, or wakes other tags: the marks of every
+ * tag awake then are dropped) or a free of the allocation; a sleep that
+ * fails and rolls back keeps them (they stand for its retry). They only
+ * matter for DORMANT_KEEP memory. Each run of kept bytes between marks is
+ * at least one copy, so many small marks cost copies: mark what is large.
+ * Returns -EINVAL for a range not inside one allocation of this manager,
+ * -EBUSY while its tag is not awake, -ENOMEM.
+ */
+DORMANT_EXPORT int dormant_mark_unused(struct dormant *m, void *ptr, size_t size);
+
 /* Describes what one tag went through in a transition. */
 struct dormant_tag_change {
 	char tag[DORMANT_TAG_MAX + 1];
@@ -203,7 +220,8 @@ struct dormant_tag_change {
 	uint64_t bytes_copied;   /* between device and host */
 	uint64_t bytes_released; /* sleep: device bytes given back */
 	uint64_t bytes_mapped;   /* wake: device bytes mapped again */
-	uint64_t bytes_zeroed;   /* wake: discard bytes zero-filled */
+	uint64_t bytes_zeroed;   /* wake: bytes zero-filled (discarded, marked unused) */
+	uint64_t bytes_skipped;  /* sleep: kept bytes not copied, marked unused */
 };
 
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
@@ -217,6 +235,7 @@ struct dormant_report {
 	uint64_t bytes_released;
 	uint64_t bytes_mapped;
 	uint64_t bytes_zeroed;
+	uint64_t bytes_skipped;
 	double copy_gbps;           /* bytes_copied / copy time, 1e9 bytes/s */
 	size_t tag_count;           /* entries used in tags[] */
 	struct dormant_tag_change tags[DORMANT_TAGS_MAX];
@@ -292,6 +311,7 @@ struct dormant_transition_stats {
 	uint64_t bytes_released;
 	uint64_t bytes_mapped;
 	uint64_t bytes_zeroed;
+	uint64_t bytes_skipped;  /* sleep: not copied, marked unused */
 	double copy_gbps;
 	char error[DORMANT_ERROR_MAX];
 };
@@ -341,6 +361,7 @@ struct dormant_stats {
 	uint64_t bytes_to_device_total;
 	uint64_t bytes_released_total;
 	uint64_t bytes_zeroed_total;
+	uint64_t bytes_skipped_total;   /* marked unused, so not copied */
 	struct dormant_transition_stats last_sleep;
 	struct dormant_transition_stats last_wake;
 	struct dormant_histogram sleep_seconds;

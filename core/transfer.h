@@ -72,7 +72,7 @@ struct xfer_item {
 };
 
 struct xfer_totals {
-	uint64_t copied, released, mapped, zeroed;
+	uint64_t copied, released, mapped, zeroed, skipped;
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
