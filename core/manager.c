@@ -439,6 +439,7 @@ int chunk_plan(struct alloc *a, struct chunk *c)
 	size_t offset = c->va - (uintptr_t)a->ptr;
 
 	chunk_update_data_bytes(a, c);
+	marks_normalize(&a->marks);
 	if (a->is_slab)
 		return plan_compute(&c->plan, offset, c->data_bytes, a->space.free,
 				    a->space.free_count, &a->marks);

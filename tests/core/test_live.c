@@ -1103,3 +1103,32 @@ Test(chaos, live_wake_unpinned, .timeout = 240, .init = unpinned)
 {
 	live_chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
 }
+
+/* Marks in reverse order, overlapping and repeated, add up to their union
+ * (and cost no more than sorted ones: sorted once, when the sleep reads
+ * them). */
+Test(marks, in_any_order_add_up_to_their_union)
+{
+	enum { N = 2000 };
+	struct dormant *m = manager();
+	size_t size = 40 * MiB, stride = 20 * KiB, len = 8 * KiB;
+	void *w = alloc_as(m, "w", DORMANT_POLICY_TAG, size);
+	struct dormant_report rep;
+	struct range *marked = calloc(N, sizeof(*marked));
+
+	cr_assert_not_null(marked);
+	fill(m, w, size, 401);
+	for (int i = N - 1; i >= 0; i--) {
+		marked[i] = (struct range){ (size_t)i * stride + 1, len };
+		mark(m, w, marked[i].offset + len / 2, len / 2); /* the second half */
+		mark(m, w, marked[i].offset, len / 4);           /* a first quarter */
+		mark(m, w, marked[i].offset + len / 8, len / 2); /* overlapping both */
+	}
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, (uint64_t)N * len);
+	cr_expect_eq(rep.bytes_copied, size - (uint64_t)N * len);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	expect_marked_zero(m, w, size, 401, marked, N);
+	free(marked);
+	dormant_destroy(m);
+}
