@@ -309,7 +309,10 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * cannot be had (typically another process still holds it): everything this
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
- * with the same guarantee.
+ * with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
+ * callback (dormant_set_rebuild()) refused, with the same guarantee. A wake
+ * that succeeds (also one that changes nothing) drops the marks of every
+ * awake tag (dormant_mark_unused()).
  */
 DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
 				struct dormant_report *ret);
