@@ -227,6 +227,9 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			t->released += c->size;
 			it->change->bytes_skipped += c->plan.skipped;
 			t->skipped += c->plan.skipped;
+			/* a retained host copy would hold nothing now */
+			if (c->host.ptr)
+				host_release(e, it->tag, c);
 			continue;
 		}
 		r = prep_wait(&prep, it);

@@ -635,6 +635,14 @@ Test(marks, host_memory_follows_the_kept_bytes_in_retain_mode)
 		cr_expect(holds_at(m, w, off, MiB, 81));
 		cr_expect(holds_at(m, w, off + MiB, 3 * MiB, 0));
 	}
+	/* the wake dropped the marks; a chunk marked whole now keeps no host
+	 * copy at all, the others grow back */
+	mark(m, w, 0, 4 * MiB);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_expect_eq(host_bytes_settled(m, size - 4 * MiB), size - 4 * MiB);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds_at(m, w, 0, 4 * MiB, 0));
+	cr_expect(holds_at(m, w, 4 * MiB, MiB, 81));
 	dormant_destroy(m);
 }
 
