@@ -238,11 +238,16 @@ def test_c_host_memory_while_asleep_is_the_keep_bytes_only(cycle, note):
          f"staging {cycle['totals_asleep']['staging_bytes'] / MiB:.1f} MiB")
     assert before[t.tags.grads]["device_bytes"] > 0
     assert grads["host_bytes"] == 0
+    # Blocks PyTorch's caching allocator held free were marked unused before
+    # the sleep (dormant's torch glue): neither copied nor held.
+    skipped = {x["tag"]: x.get("bytes_skipped", 0) for x in cycle["sleep"][1]["tags"]}
+    note(f"free blocks skipped: {sum(skipped.values()) / MiB:.1f} MiB")
     for k in keep:
-        assert k["bytes"] <= k["host_bytes"] <= k["reserved_bytes"]
+        assert k["bytes"] - skipped[k["tag"]] <= k["host_bytes"] <= k["reserved_bytes"]
     assert held == sum(k["host_bytes"] for k in keep)
     bytes_copied = cycle["sleep"][1]["bytes_copied"]
-    assert keep_bytes <= bytes_copied <= sum(k["reserved_bytes"] for k in keep)
+    live = keep_bytes - sum(skipped[k["tag"]] for k in keep)
+    assert live <= bytes_copied <= sum(k["reserved_bytes"] for k in keep)
 
 
 def test_d_pointers_and_bytes_unchanged(cycle, note):
