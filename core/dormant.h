@@ -52,6 +52,11 @@ enum dormant_policy {
 	DORMANT_DISCARD = 1, /* no host copy; zero-filled on wake */
 };
 
+/* Where a per-allocation policy is asked for (dormant_alloc_policy(),
+ * dormant_set_thread_policy()): "follow the tag's policy", also when the
+ * tag's policy changes later. */
+#define DORMANT_POLICY_TAG (-1)
+
 enum dormant_state {
 	DORMANT_AWAKE = 0,
 	DORMANT_SLEEPING,
@@ -167,11 +172,43 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t s
 				    int device, void **ret_ptr);
 
 /*
+ * As dormant_alloc_on(), with a policy of the allocation's own: one tag may
+ * hold both kept and discarded memory, and a sleep or wake of the tag covers
+ * both (DORMANT_KEEP memory is copied and restored, DORMANT_DISCARD memory is
+ * released without a copy and zero-filled on wake). policy is DORMANT_KEEP,
+ * DORMANT_DISCARD, or DORMANT_POLICY_TAG (what dormant_alloc() does: the
+ * memory follows the tag's policy, also when dormant_set_policy() changes it
+ * later; an allocation with a policy of its own keeps it whatever the tag's
+ * becomes). Small allocations share slabs only with allocations of the same
+ * tag, device and asked-for policy. Returns -EINVAL for another policy, and
+ * the errors of dormant_alloc_on().
+ */
+DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *tag, int policy,
+					size_t size, int device, void **ret_ptr);
+
+/*
  * Free an allocation in any state, asleep too (its host copy is dropped).
  * During a transition of its tag the memory is given back when the
  * transition ends. Returns -EINVAL for a pointer the manager did not hand out.
  */
 DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr);
+
+/*
+ * [ptr, ptr + size) of a managed allocation (a dedicated one or a slab's
+ * sub-allocation; any alignment, across chunk boundaries) holds nothing that
+ * must survive the next sleep: that sleep copies none of it (its host copy
+ * holds only the other bytes, so no host memory either) and the wake after
+ * it zero-fills it. The PyTorch glue marks the blocks its caching allocator
+ * holds free. Marks add up; they last until the next wake that succeeds
+ * (also one that changes nothing, or wakes other tags: the marks of every
+ * tag awake then are dropped) or a free of the allocation; a sleep that
+ * fails and rolls back keeps them (they stand for its retry). They only
+ * matter for DORMANT_KEEP memory. Each run of kept bytes between marks is
+ * at least one copy, so many small marks cost copies: mark what is large.
+ * Returns -EINVAL for a range not inside one allocation of this manager,
+ * -EBUSY while its tag is not awake, -ENOMEM.
+ */
+DORMANT_EXPORT int dormant_mark_unused(struct dormant *m, void *ptr, size_t size);
 
 /* Describes what one tag went through in a transition. */
 struct dormant_tag_change {
@@ -183,7 +220,8 @@ struct dormant_tag_change {
 	uint64_t bytes_copied;   /* between device and host */
 	uint64_t bytes_released; /* sleep: device bytes given back */
 	uint64_t bytes_mapped;   /* wake: device bytes mapped again */
-	uint64_t bytes_zeroed;   /* wake: discard bytes zero-filled */
+	uint64_t bytes_zeroed;   /* wake: bytes zero-filled (discarded, marked unused) */
+	uint64_t bytes_skipped;  /* sleep: kept bytes not copied, marked unused */
 };
 
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
@@ -197,6 +235,7 @@ struct dormant_report {
 	uint64_t bytes_released;
 	uint64_t bytes_mapped;
 	uint64_t bytes_zeroed;
+	uint64_t bytes_skipped;
 	double copy_gbps;           /* bytes_copied / copy time, 1e9 bytes/s */
 	size_t tag_count;           /* entries used in tags[] */
 	struct dormant_tag_change tags[DORMANT_TAGS_MAX];
@@ -272,6 +311,7 @@ struct dormant_transition_stats {
 	uint64_t bytes_released;
 	uint64_t bytes_mapped;
 	uint64_t bytes_zeroed;
+	uint64_t bytes_skipped;  /* sleep: not copied, marked unused */
 	double copy_gbps;
 	char error[DORMANT_ERROR_MAX];
 };
@@ -321,6 +361,7 @@ struct dormant_stats {
 	uint64_t bytes_to_device_total;
 	uint64_t bytes_released_total;
 	uint64_t bytes_zeroed_total;
+	uint64_t bytes_skipped_total;   /* marked unused, so not copied */
 	struct dormant_transition_stats last_sleep;
 	struct dormant_transition_stats last_wake;
 	struct dormant_histogram sleep_seconds;
@@ -377,7 +418,8 @@ DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id);
 /*
  * Entry points for torch.cuda.memory.CUDAPluggableAllocator. They allocate on
  * the manager set with dormant_torch_set_manager(), under the calling
- * thread's tag (dormant_set_thread_tag(); "default" if none). On failure the
+ * thread's tag (dormant_set_thread_tag(); "default" if none) and with the
+ * calling thread's policy (dormant_set_thread_policy()). On failure the
  * malloc returns NULL (PyTorch raises out-of-memory) and the reason is in
  * dormant_last_error().
  */
@@ -393,6 +435,13 @@ DORMANT_EXPORT int dormant_set_thread_tag(const char *tag);
 
 /* Copy the calling thread's tag into buf (size >= DORMANT_TAG_MAX + 1). */
 DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size);
+
+/* Set the calling thread's policy for dormant_torch_malloc() allocations (see
+ * dormant_alloc_policy()): DORMANT_KEEP, DORMANT_DISCARD or DORMANT_POLICY_TAG
+ * (the default: follow the tag). -EINVAL otherwise, the policy unchanged. */
+DORMANT_EXPORT int dormant_set_thread_policy(int policy);
+/* The calling thread's policy for dormant_torch_malloc(). Never fails. */
+DORMANT_EXPORT int dormant_get_thread_policy(void);
 
 /* ---- Copies -------------------------------------------------------------- */
 

@@ -66,12 +66,13 @@ struct xfer_item {
 	struct alloc *alloc;
 	struct chunk *chunk;
 	struct tag *tag;
+	enum dormant_policy policy; /* its allocation's, fixed when collected */
 	struct dormant_tag_change *change;
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
 };
 
 struct xfer_totals {
-	uint64_t copied, released, mapped, zeroed;
+	uint64_t copied, released, mapped, zeroed, skipped;
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };

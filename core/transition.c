@@ -86,11 +86,34 @@ static struct dormant_tag_change *change_of(struct transition *t, const struct t
 	return NULL;
 }
 
-/* Mark the tags' allocations and list the chunks to move. Called with
- * m->lock. */
+/* A sleep fixes what it copies of each kept chunk now, while the lock keeps
+ * marks and slab space still (extent.h). */
+static int plan_chunks(struct transition *t)
+{
+	for (size_t i = 0; i < t->tag_count; i++)
+		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next) {
+			if (alloc_policy(a) != DORMANT_KEEP)
+				continue;
+			for (size_t c = 0; c < a->chunk_count; c++) {
+				int r;
+
+				if (!a->chunks[c].mapped)
+					continue;
+				r = chunk_plan(a, &a->chunks[c]);
+				if (r < 0)
+					return error_prefix(r, "planning the copy of tag '%s'",
+							    t->tags[i]->name);
+			}
+		}
+	return 0;
+}
+
+/* Mark the tags' allocations and list the chunks to move; nothing changes
+ * if it fails. Called with m->lock. */
 static int collect_items(struct transition *t)
 {
 	size_t allocs = 0, items = 0;
+	int r;
 
 	for (size_t i = 0; i < t->tag_count; i++)
 		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next) {
@@ -105,6 +128,14 @@ static int collect_items(struct transition *t)
 		t->allocs = NULL;
 		t->items = NULL;
 		return error_set(-ENOMEM, "out of host memory");
+	}
+	r = t->sleep ? plan_chunks(t) : 0;
+	if (r < 0) {
+		free(t->allocs);
+		free(t->items);
+		t->allocs = NULL;
+		t->items = NULL;
+		return r;
 	}
 	for (size_t i = 0; i < t->tag_count; i++) {
 		struct tag *tag = t->tags[i];
@@ -122,7 +153,8 @@ static int collect_items(struct transition *t)
 				if (chunk->mapped != t->sleep)
 					continue;
 				t->items[t->item_count++] = (struct xfer_item){
-					.alloc = a, .chunk = chunk, .tag = tag, .change = change,
+					.alloc = a, .chunk = chunk, .tag = tag,
+					.policy = alloc_policy(a), .change = change,
 				};
 			}
 		}
@@ -200,6 +232,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	}
 	m->bytes_released_total += t->totals.released;
 	m->bytes_zeroed_total += t->totals.zeroed;
+	m->bytes_skipped_total += t->totals.skipped;
 	if (t->totals.rollback_failed) {
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error),
@@ -209,6 +242,10 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		m->healthy = true;
 		m->health_error[0] = '\0';
 	}
+	/* Marks last until a wake: the woken tags' host copies are consumed,
+	 * and the marks of tags that stayed awake are stale by now. */
+	if (!t->sleep && result == 0)
+		marks_drop_awake(m);
 
 	*last = (struct dormant_transition_stats){
 		.valid = true,
@@ -219,6 +256,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		.bytes_released = t->totals.released,
 		.bytes_mapped = t->totals.mapped,
 		.bytes_zeroed = t->totals.zeroed,
+		.bytes_skipped = t->totals.skipped,
 		.copy_gbps = rep->copy_gbps,
 	};
 	if (result < 0)
@@ -255,6 +293,8 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 	}
 	if (t.tag_count == 0) {
 		m->noops[!sleep]++;
+		if (!sleep)
+			marks_drop_awake(m); /* a wake drops the marks of awake tags */
 		pthread_mutex_unlock(&m->lock);
 		return 0;
 	}
@@ -303,6 +343,7 @@ settle:
 	rep->bytes_released = t.totals.released;
 	rep->bytes_mapped = t.totals.mapped;
 	rep->bytes_zeroed = t.totals.zeroed;
+	rep->bytes_skipped = t.totals.skipped;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
 	pthread_mutex_lock(&m->lock);
 	settle(m, &t, r);

@@ -97,6 +97,42 @@ Test(routes, sleep_and_wake_every_tag)
 	http_response_free(&r);
 }
 
+/* Bytes marked unused are not copied: the report, /stats and /metrics say
+ * how many. */
+Test(routes, marked_bytes_are_skipped_and_counted)
+{
+	struct http_response r;
+	json_t *doc, *t;
+
+	cr_assert_eq(dormant_mark_unused(f.m, (char *)f.weights + 4096, 3 << 20), 0, "%s",
+		     dormant_last_error());
+	http_post(&f, "/sleep", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	doc = http_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(doc, "bytes_skipped")), 3 << 20);
+	cr_assert_eq(json_integer_value(json_object_get(doc, "bytes_copied")),
+		     TEST_TAG_BYTES - (3 << 20));
+	t = tag_entry(json_object_get(doc, "tags"), "weights");
+	cr_assert_eq(json_integer_value(json_object_get(t, "bytes_skipped")), 3 << 20);
+	t = tag_entry(json_object_get(doc, "tags"), "grads");
+	cr_assert_eq(json_integer_value(json_object_get(t, "bytes_skipped")), 0);
+	json_decref(doc);
+	http_response_free(&r);
+	http_get(&f, "/stats", &r);
+	doc = http_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(doc, "counters"),
+							"bytes_skipped_total")),
+		     3 << 20);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(doc, "last_sleep"),
+							"bytes_skipped")),
+		     3 << 20);
+	json_decref(doc);
+	http_response_free(&r);
+	http_get(&f, "/metrics", &r);
+	cr_assert(strstr(r.body, "\ndormant_bytes_skipped_total 3145728\n"), "%s", r.body);
+	http_response_free(&r);
+}
+
 Test(routes, tags_in_body_and_query)
 {
 	struct http_response r;

@@ -1,0 +1,657 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Host memory down to the live state (issue 10): per-allocation policies,
+ * ranges marked unused, the rebuild policy. Public API only, so the same
+ * executable runs on the host backend (suite unit) and on the CUDA backend
+ * (suite gpu, DORMANT_BACKEND=cuda).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dormant.h"
+
+#define MiB ((size_t)1 << 20)
+#define KiB ((size_t)1 << 10)
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
+{
+	struct dormant_options o = {
+		.host_mode = mode,
+		.chunk_bytes = chunk_bytes,
+		.staging_bytes = 8 * MiB, /* 2 MiB slots: several pieces per chunk */
+		.guard_timeout_ms = 5000,
+		.copy_threads = 2,
+	};
+	struct dormant *m = NULL;
+	int r = dormant_new(&o, &m);
+
+	cr_assert_eq(r, 0, "dormant_new: %s", dormant_last_error());
+	return m;
+}
+
+static struct dormant *manager(void)
+{
+	return manager_with(DORMANT_HOST_RELEASE, 4 * MiB);
+}
+
+/* Host copies pinned in 1 MiB pieces (a chunk takes several copies), or,
+ * with DORMANT_PIN_HOST=0, through the staging ring in 2 MiB slots. */
+static void pin_pieces_small(void)
+{
+	setenv("DORMANT_PIN_PIECE_BYTES", "1MiB", 1);
+}
+
+static void unpinned(void)
+{
+	setenv("DORMANT_PIN_HOST", "0", 1);
+}
+
+static bool on_host(struct dormant *m)
+{
+	return strcmp(dormant_backend_name(m), "host") == 0;
+}
+
+static void *alloc_as(struct dormant *m, const char *tag, int policy, size_t size)
+{
+	void *p = NULL;
+	int r = dormant_alloc_policy(m, tag, policy, size, 0, &p);
+
+	cr_assert_eq(r, 0, "alloc %zu under %s (policy %d): %s", size, tag, policy,
+		     dormant_last_error());
+	cr_assert_not_null(p);
+	return p;
+}
+
+static uint64_t pattern_word(uint64_t seed, size_t i)
+{
+	uint64_t z = seed * 0x9e3779b97f4a7c15ull + i + 1;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The pattern of seed for the bytes [offset, offset + size) of a buffer
+ * filled from its start: a slice of a filled buffer checks alone. */
+static void pattern_make(uint8_t *buf, size_t offset, size_t size, uint64_t seed)
+{
+	for (size_t i = 0; i < size; i++) {
+		size_t at = offset + i;
+		uint64_t w = pattern_word(seed, at / 8);
+
+		buf[i] = (uint8_t)(w >> (8 * (at % 8)));
+	}
+}
+
+static void fill(struct dormant *m, void *dev, size_t size, uint64_t seed)
+{
+	uint8_t *buf = malloc(size);
+
+	cr_assert_not_null(buf);
+	pattern_make(buf, 0, size, seed);
+	cr_assert_eq(dormant_copy_to_device(m, dev, buf, size), 0, "%s", dormant_last_error());
+	free(buf);
+}
+
+/* True if [dev + offset, dev + offset + size) holds its slice of the pattern
+ * of seed (seed 0: zeros). */
+static bool holds_at(struct dormant *m, const void *dev, size_t offset, size_t size,
+		     uint64_t seed)
+{
+	uint8_t *want = malloc(size), *got = malloc(size);
+	bool same;
+
+	cr_assert(want && got);
+	if (seed)
+		pattern_make(want, offset, size, seed);
+	else
+		memset(want, 0, size);
+	cr_assert_eq(dormant_copy_to_host(m, got, (const char *)dev + offset, size), 0, "%s",
+		     dormant_last_error());
+	same = memcmp(want, got, size) == 0;
+	free(want);
+	free(got);
+	return same;
+}
+
+static bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed)
+{
+	return holds_at(m, dev, 0, size, seed);
+}
+
+static struct dormant_stats *stats(struct dormant *m)
+{
+	static _Thread_local struct dormant_stats s;
+
+	cr_assert_eq(dormant_stats_get(m, &s), 0, "%s", dormant_last_error());
+	return &s;
+}
+
+static const struct dormant_tag_stats *tag_stats(const struct dormant_stats *s, const char *tag)
+{
+	for (size_t i = 0; i < s->tag_count; i++)
+		if (strcmp(s->tags[i].tag, tag) == 0)
+			return &s->tags[i];
+	cr_assert_fail("no tag %s in stats", tag);
+	return NULL;
+}
+
+static const struct dormant_tag_change *change_of(const struct dormant_report *r, const char *tag)
+{
+	for (size_t i = 0; i < r->tag_count; i++)
+		if (strcmp(r->tags[i].tag, tag) == 0)
+			return &r->tags[i];
+	cr_assert_fail("no tag %s in report", tag);
+	return NULL;
+}
+
+/* Host backend: the simulated device's used bytes equal what the manager
+ * has mapped (nothing leaked). CUDA: other users share the device. */
+static void expect_no_device_leak(struct dormant *m)
+{
+	struct dormant_stats *s = stats(m);
+
+	if (!on_host(m))
+		return;
+	for (size_t i = 0; i < s->device_count; i++)
+		cr_expect_eq(s->devices[i].total_bytes - s->devices[i].free_bytes,
+			     s->devices[i].managed_bytes, "device %d leaks", s->devices[i].ordinal);
+}
+
+/* Host copies in release mode are given back on a worker thread. */
+static uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
+{
+	uint64_t got = 0;
+
+	for (int i = 0; i < 1000; i++) {
+		got = stats(m)->host_bytes;
+		if (got == want)
+			break;
+		usleep(10000);
+	}
+	return got;
+}
+
+static void cycle(struct dormant *m, struct dormant_report *sleep_rep,
+		  struct dormant_report *wake_rep)
+{
+	cr_assert_eq(dormant_sleep(m, NULL, sleep_rep), 0, "sleep: %s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, wake_rep), 0, "wake: %s", dormant_last_error());
+}
+
+/* ---- per-allocation policies --------------------------------------------- */
+
+Test(policy, one_tag_holds_kept_and_discarded_memory)
+{
+	struct dormant *m = manager();
+	/* small ones share slabs; the 40 MiB ones have chunks of their own */
+	size_t ks = 3 * MiB + 100, ds = 5 * MiB + 7, kb = 40 * MiB + 5, db = 36 * MiB;
+	void *k = alloc_as(m, "mixed", DORMANT_POLICY_TAG, ks);
+	void *d = alloc_as(m, "mixed", DORMANT_DISCARD, ds);
+	void *K = alloc_as(m, "mixed", DORMANT_KEEP, kb);
+	void *D = alloc_as(m, "mixed", DORMANT_DISCARD, db);
+	struct dormant_report srep, wrep;
+	const struct dormant_tag_change *c;
+
+	fill(m, k, ks, 1);
+	fill(m, d, ds, 2);
+	fill(m, K, kb, 3);
+	fill(m, D, db, 4);
+	cr_assert_eq(dormant_sleep(m, NULL, &srep), 0, "%s", srep.error);
+	c = change_of(&srep, "mixed");
+	cr_expect_eq(c->policy, DORMANT_KEEP, "the tag's policy");
+	cr_expect(c->bytes_copied >= ks + kb && c->bytes_copied < ks + kb + 512,
+		  "only the kept allocations cross: %llu", (unsigned long long)c->bytes_copied);
+	cr_expect_eq(srep.bytes_copied, c->bytes_copied);
+	cr_expect_eq(stats(m)->device_bytes, 0, "both kinds are released");
+	cr_expect_lt(tag_stats(stats(m), "mixed")->host_bytes, ks + kb + 2 * MiB,
+		     "no host memory for the discarded ones");
+	cr_assert_eq(dormant_wake(m, NULL, &wrep), 0, "%s", wrep.error);
+	cr_expect_eq(change_of(&wrep, "mixed")->bytes_copied, c->bytes_copied);
+	/* the discarded slab (6 MiB) and dedicated allocation (36 MiB) */
+	cr_expect_eq(change_of(&wrep, "mixed")->bytes_zeroed, 6 * MiB + 36 * MiB);
+	cr_expect(holds(m, k, ks, 1), "kept slab memory lost");
+	cr_expect(holds(m, K, kb, 3), "kept dedicated memory lost");
+	cr_expect(holds(m, d, ds, 0), "discarded slab memory not zero");
+	cr_expect(holds(m, D, db, 0), "discarded dedicated memory not zero");
+	cr_expect_eq(host_bytes_settled(m, 0), 0);
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+Test(policy, slabs_never_mix_policies)
+{
+	struct dormant *m = manager();
+	enum { N = 30 };
+	void *p[N];
+	size_t size = 20 * KiB + 3;
+
+	for (int i = 0; i < N; i++) {
+		int policy = i % 3 == 0 ? DORMANT_DISCARD : i % 3 == 1 ? DORMANT_KEEP
+								  : DORMANT_POLICY_TAG;
+
+		p[i] = alloc_as(m, "t", policy, size);
+		fill(m, p[i], size, 10 + i);
+	}
+	/* three slabs of 2 MiB: one per asked-for policy */
+	cr_expect_eq(stats(m)->device_bytes, 3 * 2 * MiB);
+	cr_assert_eq(dormant_set_policy(m, "t", DORMANT_DISCARD), 0);
+	cycle(m, NULL, NULL);
+	for (int i = 0; i < N; i++)
+		cr_expect(holds(m, p[i], size, i % 3 == 1 ? 10 + i : 0), "allocation %d", i);
+	dormant_destroy(m);
+}
+
+Test(policy, following_the_tag_follows_its_changes)
+{
+	struct dormant *m = manager();
+	size_t size = 1 * MiB;
+	void *follow = alloc_as(m, "t", DORMANT_POLICY_TAG, size);
+	void *keep = alloc_as(m, "t", DORMANT_KEEP, size);
+	void *discard = alloc_as(m, "t", DORMANT_DISCARD, size);
+	void *big = alloc_as(m, "t", DORMANT_POLICY_TAG, 34 * MiB);
+	void *plain = NULL;
+
+	cr_assert_eq(dormant_alloc(m, "t", size, &plain), 0);
+	for (int round = 0; round < 3; round++) {
+		/* keep, discard, keep again */
+		bool kept = round != 1;
+
+		cr_assert_eq(dormant_set_policy(m, "t", kept ? DORMANT_KEEP : DORMANT_DISCARD), 0);
+		fill(m, follow, size, 21);
+		fill(m, keep, size, 22);
+		fill(m, discard, size, 23);
+		fill(m, big, 34 * MiB, 24);
+		fill(m, plain, size, 25);
+		cycle(m, NULL, NULL);
+		cr_expect(holds(m, follow, size, kept ? 21 : 0), "round %d: follows the tag", round);
+		cr_expect(holds(m, big, 34 * MiB, kept ? 24 : 0), "round %d: dedicated", round);
+		cr_expect(holds(m, plain, size, kept ? 25 : 0), "round %d: dormant_alloc()", round);
+		cr_expect(holds(m, keep, size, 22), "round %d: its own keep", round);
+		cr_expect(holds(m, discard, size, 0), "round %d: its own discard", round);
+	}
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+Test(policy, bad_policies_are_refused)
+{
+	struct dormant *m = manager();
+	void *p = (void *)0x1;
+
+	cr_expect_eq(dormant_alloc_policy(m, "t", 7, MiB, 0, &p), -EINVAL);
+	cr_expect_neq(dormant_last_error()[0], '\0');
+	cr_expect_eq(dormant_alloc_policy(m, "t", -2, MiB, 0, &p), -EINVAL);
+	cr_expect_eq(p, (void *)0x1, "ret_ptr untouched on failure");
+	cr_expect_eq(stats(m)->allocations, 0);
+	cr_expect_eq(dormant_get_thread_policy(), DORMANT_POLICY_TAG, "the default");
+	cr_expect_eq(dormant_set_thread_policy(9), -EINVAL);
+	cr_expect_eq(dormant_get_thread_policy(), DORMANT_POLICY_TAG, "unchanged");
+	cr_expect_eq(dormant_set_thread_policy(DORMANT_DISCARD), 0);
+	cr_expect_eq(dormant_get_thread_policy(), DORMANT_DISCARD);
+	dormant_destroy(m);
+}
+
+Test(policy, torch_allocations_take_the_thread_policy)
+{
+	struct dormant *m = manager();
+	size_t size = 2 * MiB + 512;
+	void *kept, *dropped;
+
+	cr_assert_eq(dormant_torch_set_manager(m), 0);
+	cr_assert_eq(dormant_set_thread_tag("model"), 0);
+	kept = dormant_torch_malloc(size, 0, NULL);
+	cr_assert_not_null(kept, "%s", dormant_last_error());
+	cr_assert_eq(dormant_set_thread_policy(DORMANT_DISCARD), 0);
+	dropped = dormant_torch_malloc(size, 0, NULL);
+	cr_assert_not_null(dropped, "%s", dormant_last_error());
+	cr_assert_eq(dormant_set_thread_policy(DORMANT_POLICY_TAG), 0);
+	fill(m, kept, size, 31);
+	fill(m, dropped, size, 32);
+	cycle(m, NULL, NULL);
+	cr_expect(holds(m, kept, size, 31));
+	cr_expect(holds(m, dropped, size, 0), "the thread's discard policy");
+	dormant_torch_free(kept, size, 0, NULL);
+	dormant_torch_free(dropped, size, 0, NULL);
+	cr_expect_eq(stats(m)->allocations, 0);
+	dormant_torch_set_manager(NULL);
+	dormant_destroy(m);
+}
+
+/* ---- ranges marked unused ------------------------------------------------ */
+
+static void mark(struct dormant *m, void *base, size_t offset, size_t size)
+{
+	int r = dormant_mark_unused(m, (char *)base + offset, size);
+
+	cr_assert_eq(r, 0, "mark [%zu, +%zu): %s", offset, size, dormant_last_error());
+}
+
+struct range {
+	size_t offset, size;
+};
+
+/* [0, size) of dev holds the pattern of seed outside the sorted ranges,
+ * zeros inside them. */
+static void expect_marked_zero(struct dormant *m, void *dev, size_t size, uint64_t seed,
+			       const struct range *marked, size_t count)
+{
+	size_t pos = 0;
+
+	for (size_t i = 0; i <= count; i++) {
+		size_t start = i < count ? marked[i].offset : size;
+
+		if (start > pos)
+			cr_expect(holds_at(m, dev, pos, start - pos, seed),
+				  "kept bytes [%zu, %zu) lost", pos, start);
+		if (i == count)
+			break;
+		cr_expect(holds_at(m, dev, marked[i].offset, marked[i].size, 0),
+			  "marked bytes [%zu, +%zu) not zero after wake", marked[i].offset,
+			  marked[i].size);
+		pos = marked[i].offset + marked[i].size;
+	}
+}
+
+/* A dedicated allocation of 11 chunks (4 MiB each, the last one 2 MiB):
+ * marks inside one chunk, across two chunk boundaries, one whole chunk, a
+ * single byte. */
+static void marks_in_a_dedicated_allocation(enum dormant_host_mode mode)
+{
+	static const struct range marked[] = {
+		{ 100, 4096 },                      /* inside chunk 0 */
+		{ 3 * MiB + 100, 6 * MiB - 95 },    /* chunk 0 to 2 */
+		{ 20 * MiB, 4 * MiB },              /* chunk 5, whole */
+		{ 30 * MiB + 1, 1 },                /* one byte */
+		{ 40 * MiB + 1, 4 },                /* the last chunk's data but one byte */
+	};
+	size_t size = 40 * MiB + 5, total = 0;
+	struct dormant *m = manager_with(mode, 4 * MiB);
+	void *w = alloc_as(m, "weights", DORMANT_POLICY_TAG, size);
+	struct dormant_report srep, wrep;
+	uint64_t host;
+
+	fill(m, w, size, 41);
+	for (size_t i = 0; i < sizeof(marked) / sizeof(marked[0]); i++) {
+		mark(m, w, marked[i].offset, marked[i].size);
+		total += marked[i].size;
+	}
+	/* marking again changes nothing */
+	mark(m, w, marked[1].offset + 10, 20);
+	cr_assert_eq(dormant_sleep(m, NULL, &srep), 0, "%s", srep.error);
+	cr_expect_eq(srep.bytes_skipped, total, "skipped %llu, marked %zu",
+		     (unsigned long long)srep.bytes_skipped, total);
+	cr_expect_eq(change_of(&srep, "weights")->bytes_skipped, total);
+	cr_expect_eq(srep.bytes_copied, size - total, "copied %llu",
+		     (unsigned long long)srep.bytes_copied);
+	cr_expect_eq(srep.bytes_released, 42 * MiB);
+	host = tag_stats(stats(m), "weights")->host_bytes;
+	/* exact-size host copies: the kept bytes, page-rounded per chunk */
+	cr_expect(host >= size - total && host <= size - total + 11 * 4096,
+		  "host bytes %llu for %zu kept", (unsigned long long)host, size - total);
+	cr_expect_eq(stats(m)->last_sleep.bytes_skipped, total);
+	cr_expect_eq(stats(m)->bytes_skipped_total, total);
+	cr_assert_eq(dormant_wake(m, NULL, &wrep), 0, "%s", wrep.error);
+	cr_expect_eq(wrep.bytes_copied, size - total);
+	cr_expect_eq(wrep.bytes_zeroed, total, "the wake zero-fills what was skipped");
+	cr_expect_eq(wrep.bytes_skipped, 0);
+	expect_marked_zero(m, w, size, 41, marked, sizeof(marked) / sizeof(marked[0]));
+	if (mode == DORMANT_HOST_RELEASE)
+		cr_expect_eq(host_bytes_settled(m, 0), 0);
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+Test(marks, dedicated_allocation_pinned, .init = pin_pieces_small)
+{
+	marks_in_a_dedicated_allocation(DORMANT_HOST_RELEASE);
+}
+
+Test(marks, dedicated_allocation_retain, .init = pin_pieces_small)
+{
+	marks_in_a_dedicated_allocation(DORMANT_HOST_RETAIN);
+}
+
+Test(marks, dedicated_allocation_unpinned, .init = unpinned)
+{
+	marks_in_a_dedicated_allocation(DORMANT_HOST_RELEASE);
+}
+
+static size_t slab_round(size_t size)
+{
+	return (size + 511) / 512 * 512;
+}
+
+/* Sub-allocations in slabs of several 2 MiB chunks: marks inside one, at odd
+ * offsets, across a chunk boundary, over a whole one; frees leave holes. */
+static void marks_in_slabs(enum dormant_host_mode mode)
+{
+	enum { N = 40 };
+	struct dormant *m = manager_with(mode, 2 * MiB);
+	size_t size = 700 * KiB + 3, live = 0, marked_total = 0, crossings = 0;
+	struct range marked[N][2];
+	size_t marks[N] = { 0 };
+	void *p[N];
+	struct dormant_report srep, wrep;
+
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_as(m, "opt", DORMANT_POLICY_TAG, size);
+		fill(m, p[i], size, 100 + i);
+	}
+	for (int i = 0; i < N; i++) {
+		uintptr_t start = (uintptr_t)p[i], end = start + size;
+		uintptr_t boundary = (end - 1) / (2 * MiB) * (2 * MiB);
+
+		if (i % 5 == 4) { /* a hole of its own */
+			cr_assert_eq(dormant_free(m, p[i]), 0);
+			p[i] = NULL;
+			continue;
+		}
+		live += slab_round(size);
+		if (boundary > start) {
+			/* across a chunk boundary */
+			marked[i][0] = (struct range){ boundary - start - 1000, 3001 };
+			crossings++;
+		} else if (i % 3 == 0) {
+			marked[i][0] = (struct range){ 0, size }; /* the whole of it */
+		} else {
+			marked[i][0] = (struct range){ 333, 70 * KiB + 1 };
+		}
+		marks[i] = 1;
+		if (i % 2 && marked[i][0].offset + marked[i][0].size + 200 * KiB < size) {
+			marked[i][1] = (struct range){ size - 100 * KiB - 7, 50 * KiB };
+			marks[i] = 2;
+		}
+		for (size_t k = 0; k < marks[i]; k++) {
+			mark(m, p[i], marked[i][k].offset, marked[i][k].size);
+			marked_total += marked[i][k].size;
+		}
+	}
+	cr_assert_gt(crossings, 3, "the test needs marks across chunk boundaries");
+	cr_assert_eq(dormant_sleep(m, NULL, &srep), 0, "%s", srep.error);
+	cr_expect_eq(srep.bytes_skipped, marked_total, "skipped %llu, marked %zu",
+		     (unsigned long long)srep.bytes_skipped, marked_total);
+	/* neither marked bytes nor the holes of freed ones are copied */
+	cr_expect_eq(srep.bytes_copied, live - marked_total, "copied %llu, want %zu",
+		     (unsigned long long)srep.bytes_copied, live - marked_total);
+	cr_assert_eq(dormant_wake(m, NULL, &wrep), 0, "%s", wrep.error);
+	for (int i = 0; i < N; i++)
+		if (p[i])
+			expect_marked_zero(m, p[i], size, 100 + i, marked[i], marks[i]);
+	/* the marks are gone: the next cycle copies everything live */
+	for (int i = 0; i < N; i++)
+		if (p[i])
+			fill(m, p[i], size, 200 + i);
+	cycle(m, &srep, NULL);
+	cr_expect_eq(srep.bytes_skipped, 0);
+	cr_expect_eq(srep.bytes_copied, live);
+	for (int i = 0; i < N; i++)
+		if (p[i])
+			cr_expect(holds(m, p[i], size, 200 + i), "allocation %d", i);
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+Test(marks, slabs_pinned, .init = pin_pieces_small)
+{
+	marks_in_slabs(DORMANT_HOST_RELEASE);
+}
+
+Test(marks, slabs_retain)
+{
+	marks_in_slabs(DORMANT_HOST_RETAIN);
+}
+
+Test(marks, slabs_unpinned, .init = unpinned)
+{
+	marks_in_slabs(DORMANT_HOST_RELEASE);
+}
+
+Test(marks, are_dropped_by_every_wake)
+{
+	struct dormant *m = manager();
+	size_t size = 6 * MiB;
+	void *a = alloc_as(m, "a", DORMANT_POLICY_TAG, size);
+	void *b = alloc_as(m, "b", DORMANT_POLICY_TAG, size);
+	const char *const only_b[] = { "b", NULL }, *const only_a[] = { "a", NULL };
+	struct dormant_report rep;
+
+	fill(m, a, size, 51);
+	fill(m, b, size, 52);
+	/* a wake that changes nothing drops them */
+	mark(m, a, 0, MiB);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, 0, "a no-op wake drops the marks");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds(m, a, size, 51));
+	/* so does a wake of another tag */
+	mark(m, a, 0, MiB);
+	cr_assert_eq(dormant_sleep(m, only_b, NULL), 0);
+	cr_assert_eq(dormant_wake(m, only_b, NULL), 0);
+	cr_assert_eq(dormant_sleep(m, only_a, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, 0, "waking b drops the marks of awake a");
+	cr_assert_eq(dormant_wake(m, only_a, NULL), 0);
+	cr_expect(holds(m, a, size, 51));
+	/* a sleep of another tag does not */
+	mark(m, a, 0, MiB);
+	cr_assert_eq(dormant_sleep(m, only_b, NULL), 0);
+	cr_assert_eq(dormant_sleep(m, only_a, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, MiB);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds_at(m, a, 0, MiB, 0));
+	cr_expect(holds_at(m, a, MiB, size - MiB, 51));
+	cr_expect(holds(m, b, size, 52));
+	/* and the cycle consumed them */
+	fill(m, a, size, 53);
+	cycle(m, &rep, NULL);
+	cr_expect_eq(rep.bytes_skipped, 0);
+	cr_expect(holds(m, a, size, 53));
+	dormant_destroy(m);
+}
+
+Test(marks, a_failed_sleep_keeps_them_for_its_retry, .init = pin_pieces_small)
+{
+	struct dormant *m = manager();
+	size_t size = 12 * MiB;
+	void *w = alloc_as(m, "w", DORMANT_POLICY_TAG, size);
+	static const struct range marked[] = { { 5 * MiB + 3, 2 * MiB } };
+	struct dormant_report rep;
+
+	fill(m, w, size, 61);
+	mark(m, w, marked[0].offset, marked[0].size);
+	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_COPY, 6, -EIO, false), 0);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), -EIO);
+	cr_expect(holds_at(m, w, 0, marked[0].offset, 61), "rolled back");
+	cr_expect(holds_at(m, w, 7 * MiB + 3, 5 * MiB - 3, 61), "rolled back");
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, marked[0].size, "the retry skips them too");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	expect_marked_zero(m, w, size, 61, marked, 1);
+	dormant_destroy(m);
+}
+
+Test(marks, a_free_drops_them)
+{
+	struct dormant *m = manager();
+	size_t size = 300 * KiB;
+	void *a = alloc_as(m, "t", DORMANT_POLICY_TAG, size), *b;
+	void *keep = alloc_as(m, "t", DORMANT_POLICY_TAG, size);
+
+	fill(m, keep, size, 71);
+	mark(m, a, 0, size);
+	cr_assert_eq(dormant_free(m, a), 0);
+	b = alloc_as(m, "t", DORMANT_POLICY_TAG, size);
+	cr_expect_eq(b, a, "first fit hands out the same range");
+	fill(m, b, size, 72);
+	cycle(m, NULL, NULL);
+	cr_expect(holds(m, b, size, 72), "a new allocation does not inherit old marks");
+	cr_expect(holds(m, keep, size, 71));
+	dormant_destroy(m);
+}
+
+Test(marks, only_keep_memory_has_bytes_to_skip)
+{
+	struct dormant *m = manager();
+	void *d = alloc_as(m, "t", DORMANT_DISCARD, 3 * MiB);
+	struct dormant_report rep;
+
+	mark(m, d, 0, MiB);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0);
+	cr_expect_eq(rep.bytes_skipped, 0);
+	cr_expect_eq(rep.bytes_copied, 0);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds(m, d, 3 * MiB, 0));
+	dormant_destroy(m);
+}
+
+Test(marks, host_memory_follows_the_kept_bytes_in_retain_mode)
+{
+	struct dormant *m = manager_with(DORMANT_HOST_RETAIN, 4 * MiB);
+	size_t size = 40 * MiB;
+	void *w = alloc_as(m, "w", DORMANT_POLICY_TAG, size);
+
+	fill(m, w, size, 81);
+	cycle(m, NULL, NULL);
+	cr_expect_eq(stats(m)->host_bytes, size, "retained whole");
+	for (size_t off = 0; off < size; off += 4 * MiB)
+		mark(m, w, off + MiB, 3 * MiB); /* three quarters of each chunk */
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_expect_eq(stats(m)->host_bytes, size / 4, "host copies shrink to the kept bytes");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	for (size_t off = 0; off < size; off += 4 * MiB) {
+		cr_expect(holds_at(m, w, off, MiB, 81));
+		cr_expect(holds_at(m, w, off + MiB, 3 * MiB, 0));
+	}
+	dormant_destroy(m);
+}
+
+Test(marks, bad_ranges_are_refused)
+{
+	struct dormant *m = manager();
+	void *a = alloc_as(m, "t", DORMANT_POLICY_TAG, 3 * MiB);
+	void *b = alloc_as(m, "t", DORMANT_POLICY_TAG, 40 * MiB);
+	char local[16];
+
+	cr_expect_eq(dormant_mark_unused(m, local, sizeof(local)), -EINVAL);
+	cr_expect_neq(dormant_last_error()[0], '\0');
+	cr_expect_eq(dormant_mark_unused(m, NULL, 1), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(NULL, a, 1), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, (char *)a + 1, 3 * MiB), -EINVAL, "past its end");
+	cr_expect_eq(dormant_mark_unused(m, (char *)b + 40 * MiB - 1, 2), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, (char *)b + 40 * MiB, 0), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, (char *)b + 5, SIZE_MAX), -EINVAL, "wraps");
+	/* a slab's space past its sub-allocations belongs to none */
+	cr_expect_eq(dormant_mark_unused(m, (char *)a + 3 * MiB, 512), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, a, 0), 0, "an empty range inside is fine");
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_expect_eq(dormant_mark_unused(m, a, 1), -EBUSY, "asleep");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	dormant_destroy(m);
+}
