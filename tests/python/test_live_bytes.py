@@ -399,3 +399,38 @@ def test_rebuild_callback_type_matches_the_library():
         assert manager_module._REBUILD_FN is dormant._library.REBUILD_FN
     fn = manager_module._REBUILD_FN(lambda m, tag, ud: 0)
     assert fn(None, b"weights", None) == 0
+
+
+@needs_marks
+def test_marking_runs_after_the_guard_closed(glue):
+    """The hook marks only once the running step has left: no step allocates
+    (and so refills a free block) between the marking and the copy."""
+    import threading
+    fake, mgr, module = glue
+    segs = Segments(fake)
+    with mgr.region("weights"):
+        segs.segment(mgr, BLOCKS[:2])
+    seen = []
+    real = mgr._torch.mark_free_blocks
+
+    def recording(tags):
+        seen.append(mgr.stats()["steps_running"])
+        return real(tags)
+    mgr._torch.mark_free_blocks = recording
+    in_step, leave = threading.Event(), threading.Event()
+
+    def trainer():
+        with mgr.step():
+            in_step.set()
+            leave.wait(30)
+
+    t = threading.Thread(target=trainer)
+    t.start()
+    in_step.wait(30)
+    threading.Timer(0.2, leave.set).start()
+    report = mgr.sleep()
+    t.join()
+    assert report["guard_wait_s"] > 0   # the sleep waited for the step
+    assert seen == [0]
+    assert report["bytes_skipped"] == 3 * MiB
+    mgr.wake()
