@@ -134,7 +134,7 @@ def test_bit_identical_to_a_run_without_sleep(request, baseline, which, note):
     assert run["losses"] == baseline["losses"], "losses differ"
     assert mcore.snapshots_equal(run["final"], baseline["final"]), \
         "final weights or optimizer state differ"
-    assert run["losses"][-1] < run["losses"][0], "the model did not train"
+    assert len(set(run["losses"])) == len(run["losses"]), "the steps changed nothing"
 
 
 @pytest.mark.parametrize("which", ["live", "rebuilt"])

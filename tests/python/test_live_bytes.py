@@ -5,7 +5,6 @@ the torch glue marking the caching allocator's free blocks before every sleep
 test_region_glue, whose pools describe their segments the way
 torch.cuda.MemPool.snapshot() does), and the "rebuild" policy's Python
 callback."""
-import ctypes
 import errno
 import logging
 
