@@ -433,3 +433,28 @@ def test_marking_runs_after_the_guard_closed(glue):
     assert seen == [0]
     assert report["bytes_skipped"] == 3 * MiB
     mgr.wake()
+
+
+@needs_marks
+def test_marks_of_a_failed_sleep_do_not_outlive_it(glue):
+    """A sleep that fails after the glue marked rolls back; training may then
+    refill a marked block. The next sleep must copy it: the glue drops the
+    failed sleep's marks (with a no-op wake) instead of letting them stand."""
+    fake, mgr, module = glue
+    segs = Segments(fake)
+    with mgr.region("weights"):
+        base, data = segs.segment(mgr, BLOCKS[:2])
+    mgr.debug_inject_fault("copy", 1)
+    with pytest.raises(dormant.DormantError):
+        mgr.sleep()
+    assert mgr.stats()["tags"][0]["state"] == "awake"
+    # Training goes on and fills the free block.
+    blocks = segs.by_pool[mgr._torch.pools[("weights", 0)]][0][1]
+    blocks[1] = (blocks[1][0], "active_allocated")
+    live = pattern(3 * MiB, 11)
+    mgr.copy_to_device(base + MiB, live)
+    report = mgr.sleep()
+    assert report["bytes_skipped"] == 0
+    mgr.wake()
+    assert mgr.copy_to_host(base, MiB) == data[:MiB]
+    assert mgr.copy_to_host(base + MiB, 3 * MiB) == live
