@@ -50,6 +50,9 @@ struct dormant;
 enum dormant_policy {
 	DORMANT_KEEP = 0,    /* copy to host on sleep, restore on wake */
 	DORMANT_DISCARD = 1, /* no host copy; zero-filled on wake */
+	/* No host copy; on wake zero-filled, then refilled by the tag's rebuild
+	 * callback (dormant_set_rebuild()) once the wake's KEEP memory is back. */
+	DORMANT_REBUILD = 2,
 };
 
 /* Where a per-allocation policy is asked for (dormant_alloc_policy(),
@@ -148,9 +151,11 @@ DORMANT_EXPORT int dormant_device_count(struct dormant *m);
 
 /*
  * Set the policy of a tag, creating the tag if needed. A tag never set is
- * DORMANT_KEEP. Returns -EINVAL for a bad tag or policy, -ENOSPC when the tag
- * table is full, -EBUSY while the tag is not awake (its policy decides how
- * its memory sleeps and wakes, so it may change only while awake).
+ * DORMANT_KEEP. The policy is that of the tag's allocations that follow the
+ * tag (all but those made with a policy of their own, dormant_alloc_policy()).
+ * Returns -EINVAL for a bad tag or policy, -ENOSPC when the tag table is
+ * full, -EBUSY while the tag is not awake (its policy decides how its memory
+ * sleeps and wakes, so it may change only while awake).
  */
 DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *tag,
 				      enum dormant_policy policy);
@@ -210,6 +215,38 @@ DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr);
  */
 DORMANT_EXPORT int dormant_mark_unused(struct dormant *m, void *ptr, size_t size);
 
+/*
+ * A DORMANT_REBUILD tag's callback: refill the tag's memory from other
+ * memory (bf16 weights from fp32 master params, say). Return 0, or non-zero
+ * to fail the wake.
+ */
+typedef int (*dormant_rebuild_fn)(struct dormant *m, const char *tag, void *userdata);
+
+/*
+ * Set the rebuild callback of a tag (creating the tag if needed; fn NULL
+ * removes it). It is used while the tag's policy is DORMANT_REBUILD: a sleep
+ * releases the tag's memory without a copy (after the KEEP copies of that
+ * sleep are done, so that a failed sleep rolls back with it intact), and a
+ * wake, after every KEEP chunk of that wake is restored, runs fn once per
+ * rebuild tag it wakes, in the order of the tags asked for, with the tag
+ * mapped and zero-filled. fn runs on the thread running the wake, without
+ * the manager lock, while the tags of the wake are waking: it may call
+ * dormant_copy_to_device(), dormant_copy_to_host() (on those tags too) and
+ * dormant_stats_get(), or launch kernels on the memory, but not sleep or
+ * wake (-EBUSY), nor allocate under a waking tag (-EBUSY). A non-zero
+ * return fails the wake with -ECANCELED: every tag of that wake goes back
+ * to asleep, the KEEP tags with their host copies intact, and the same wake
+ * can be retried (it runs the callbacks again). Which tags a callback needs
+ * (the master params) is the caller's business: waking a rebuild tag
+ * without them, in an earlier wake or this one, is the caller's choice and
+ * the callback then reads whatever they hold. A rebuild tag without a
+ * callback wakes zero-filled, like DORMANT_DISCARD. Allocations of the tag
+ * with a policy of their own keep it (DORMANT_KEEP ones are restored before
+ * the callback runs). Returns -EINVAL for a bad tag, -ENOSPC.
+ */
+DORMANT_EXPORT int dormant_set_rebuild(struct dormant *m, const char *tag, dormant_rebuild_fn fn,
+				       void *userdata);
+
 /* Describes what one tag went through in a transition. */
 struct dormant_tag_change {
 	char tag[DORMANT_TAG_MAX + 1];
@@ -260,7 +297,8 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
 
 /*
  * Wake tags: map fresh device memory at the same addresses, restore KEEP tags,
- * zero-fill DISCARD tags, synchronize, then run DORMANT_HOOK_AFTER_WAKE hooks
+ * zero-fill DISCARD and REBUILD tags (and ranges marked unused), synchronize,
+ * run the REBUILD tags' callbacks, then run DORMANT_HOOK_AFTER_WAKE hooks
  * and let waiting training steps in. Same tags/ret convention as
  * dormant_sleep(); tags already awake are reported unchanged.
  *
@@ -278,13 +316,14 @@ DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
  * next failing call. */
 DORMANT_EXPORT const char *dormant_last_error(void);
 
-/* Constant strings: "keep"/"discard", "awake"/"sleeping"/"asleep"/"waking",
- * "retain"/"release". NULL for values out of range. */
+/* Constant strings: "keep"/"discard"/"rebuild",
+ * "awake"/"sleeping"/"asleep"/"waking", "retain"/"release". NULL for values
+ * out of range. */
 DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy);
 DORMANT_EXPORT const char *dormant_state_name(enum dormant_state state);
 DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode);
 
-/* Parse "keep"/"discard" into *ret. -EINVAL otherwise. */
+/* Parse "keep"/"discard"/"rebuild" into *ret. -EINVAL otherwise. */
 DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_policy *ret);
 
 /* ---- Statistics ---------------------------------------------------------- */

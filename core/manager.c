@@ -29,6 +29,8 @@ DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy)
 		return "keep";
 	case DORMANT_DISCARD:
 		return "discard";
+	case DORMANT_REBUILD:
+		return "rebuild";
 	}
 	return NULL;
 }
@@ -67,8 +69,11 @@ DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_polic
 		*ret = DORMANT_KEEP;
 	else if (name && strcmp(name, "discard") == 0)
 		*ret = DORMANT_DISCARD;
+	else if (name && strcmp(name, "rebuild") == 0)
+		*ret = DORMANT_REBUILD;
 	else
-		return error_set(-EINVAL, "policy must be \"keep\" or \"discard\", not \"%s\"",
+		return error_set(-EINVAL,
+				 "policy must be \"keep\", \"discard\" or \"rebuild\", not \"%s\"",
 				 name ? name : "(null)");
 	return 0;
 }
@@ -291,6 +296,27 @@ DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *name,
 			      dormant_state_name(tag->state));
 	if (r == 0)
 		tag->policy = policy;
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_set_rebuild(struct dormant *m, const char *name, dormant_rebuild_fn fn,
+				       void *userdata)
+{
+	struct tag *tag;
+	int r;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	r = tag_name_check(name);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	r = tag_get(m, name, &tag);
+	if (r == 0) {
+		tag->rebuild_fn = fn;
+		tag->rebuild_userdata = fn ? userdata : NULL;
+	}
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
@@ -730,7 +756,10 @@ static int copy_sync(struct dormant *m, void *host, const void *device_ptr, size
 	if (!a)
 		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
 			      device_ptr, size);
-	else if (a->tag->state != DORMANT_AWAKE)
+	else if (a->tag->state != DORMANT_AWAKE &&
+		 !(m->rebuilding && a->tag->state != DORMANT_ASLEEP))
+		/* rebuild callbacks copy into (and from) the tags of their
+		 * transition, which are mapped by then */
 		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
 			      dormant_state_name(a->tag->state));
 	else

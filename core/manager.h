@@ -72,6 +72,8 @@ struct tag {
 	_Atomic uint64_t device_bytes;
 	_Atomic uint64_t host_bytes;
 	uint64_t sleeps, wakes;
+	dormant_rebuild_fn rebuild_fn; /* DORMANT_REBUILD: refills it on wake */
+	void *rebuild_userdata;
 };
 
 #define HOOKS_MAX 32
@@ -102,6 +104,7 @@ struct dormant {
 	bool transition_running;
 	unsigned steps_running;
 	bool gate_hold; /* steps wait: a sleep waits for them or a wake is finishing */
+	bool rebuilding; /* rebuild callbacks run: copies to their transition's tags work */
 	struct hook hooks[HOOKS_MAX];
 	size_t hook_count;
 	int next_hook_id;

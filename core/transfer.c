@@ -571,14 +571,16 @@ static void prep_finish(struct prep *p)
 
 /* ---- sleep --------------------------------------------------------------- */
 
-static int release_discards(struct engine *e, int d, struct xfer_item *items, size_t count,
-			    struct xfer_totals *t)
+/* Release the mapped chunks of one policy on device d (-1: every device). */
+static int release_policy(struct engine *e, int d, enum dormant_policy policy,
+			  struct xfer_item *items, size_t count, struct xfer_totals *t)
 {
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 		int r;
 
-		if (it->alloc->device != d || is_keep(it) || !it->chunk->mapped)
+		if ((d >= 0 && it->alloc->device != d) || it->policy != policy ||
+		    !it->chunk->mapped)
 			continue;
 		r = chunk_release(e, it->alloc, it->chunk);
 		if (r < 0)
@@ -644,7 +646,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		/* The first copies are queued: release DISCARD memory while
 		 * they run. */
 		if (!discards_done) {
-			r = release_discards(e, d, items, count, t);
+			r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
 			if (r < 0)
 				goto err;
 			discards_done = true;
@@ -655,7 +657,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		goto err;
 	prep_finish(&prep);
 	if (!discards_done) {
-		r = release_discards(e, d, items, count, t);
+		r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
 		if (r < 0)
 			return r;
 	}
@@ -686,6 +688,10 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 		if (any)
 			r = sleep_device(e, d, items, count, t);
 	}
+	/* REBUILD memory goes last, once every copy is done: a sleep that
+	 * fails before rolls back with it intact, and nothing is lost. */
+	if (r == 0)
+		r = release_policy(e, -1, DORMANT_REBUILD, items, count, t);
 	if (r == 0)
 		return 0;
 
@@ -693,6 +699,8 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 	snprintf(message, sizeof(message), "%s", dormant_last_error());
 	log_write(&e->log, DORMANT_LOG_WARNING, "sleep failed, rolling back: %s", message);
 	rr = wake_items(e, items, count, &undo);
+	if (rr == 0)
+		engine_wake_commit(e, items, count);
 	if (rr < 0) {
 		t->rollback_failed = true;
 		log_write(&e->log, DORMANT_LOG_ERROR, "rollback failed: %s", dormant_last_error());
@@ -862,18 +870,6 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 			goto err;
 	}
 	t->copy_s += now_monotonic_s() - start;
-
-	/* The data is on the device: host copies are no longer needed. */
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-		struct chunk *c = it->chunk;
-
-		if (!it->mapped_here)
-			continue;
-		c->host_valid = false;
-		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-			host_release(e, it->tag, c);
-	}
 	return 0;
 
 err:
@@ -885,4 +881,25 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 {
 	memset(t, 0, sizeof(*t));
 	return wake_items(e, items, count, t);
+}
+
+void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
+{
+	/* The data is on the device: host copies are no longer needed. */
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (!it->mapped_here)
+			continue;
+		c->host_valid = false;
+		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
+			host_release(e, it->tag, c);
+	}
+}
+
+void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t)
+{
+	unmap_fresh(e, items, count, t);
 }

@@ -162,6 +162,48 @@ static int collect_items(struct transition *t)
 	return 0;
 }
 
+/* Run the rebuild callbacks of the transition's DORMANT_REBUILD tags (on a
+ * sleep's rollback: only of those whose memory came back zero-filled), in
+ * order, without the lock. Returns 0 or -ECANCELED for the first that
+ * fails. */
+static int run_rebuilds(struct dormant *m, struct transition *t)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&m->lock);
+	m->rebuilding = true;
+	for (size_t i = 0; i < t->tag_count && r == 0; i++) {
+		struct tag *tag = t->tags[i];
+		dormant_rebuild_fn fn = tag->rebuild_fn;
+		void *userdata = tag->rebuild_userdata;
+		bool needed = !t->sleep;
+		char name[DORMANT_TAG_MAX + 1];
+		int result;
+
+		if (tag->policy != DORMANT_REBUILD || !fn)
+			continue;
+		for (size_t k = 0; k < t->item_count && !needed; k++)
+			needed = t->items[k].tag == tag && t->items[k].policy == DORMANT_REBUILD &&
+				 t->items[k].mapped_here;
+		if (!needed)
+			continue;
+		memcpy(name, tag->name, sizeof(name));
+		pthread_mutex_unlock(&m->lock);
+		error_clear();
+		result = fn(m, name, userdata);
+		if (result != 0) {
+			const char *why = dormant_last_error();
+
+			r = error_set(-ECANCELED, "rebuilding tag '%s' failed (its callback returned %d)%s%s",
+				      name, result, why[0] ? ": " : "", why);
+		}
+		pthread_mutex_lock(&m->lock);
+	}
+	m->rebuilding = false;
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
 static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
 {
 	for (size_t i = 0; i < t->alloc_count; i++) {
@@ -330,10 +372,30 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		goto settle;
 	}
 
-	if (sleep)
+	if (sleep) {
 		r = engine_sleep(&m->engine, t.items, t.item_count, &t.totals);
-	else
+		/* Rolled back after REBUILD memory was released (only a failed
+		 * unmap gets there): it came back zero-filled, so rebuild it. */
+		if (r < 0 && !t.totals.rollback_failed) {
+			char message[DORMANT_ERROR_MAX];
+
+			snprintf(message, sizeof(message), "%s", dormant_last_error());
+			if (run_rebuilds(m, &t) < 0)
+				log_write(&m->log, DORMANT_LOG_ERROR,
+					  "after a rolled-back sleep: %s", dormant_last_error());
+			error_set(r, "%s", message);
+		}
+	} else {
 		r = engine_wake(&m->engine, t.items, t.item_count, &t.totals);
+		/* Every KEEP chunk of the wake is back: rebuild from them. */
+		if (r == 0) {
+			r = run_rebuilds(m, &t);
+			if (r < 0)
+				engine_wake_undo(&m->engine, t.items, t.item_count, &t.totals);
+			else
+				engine_wake_commit(&m->engine, t.items, t.item_count);
+		}
+	}
 	if (r < 0)
 		error_prefix(r, "%s", kind(&t));
 

@@ -655,3 +655,213 @@ Test(marks, bad_ranges_are_refused)
 	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
 	dormant_destroy(m);
 }
+
+/* ---- the rebuild policy -------------------------------------------------- */
+
+/* "weights" (rebuild) is a copy of "master" (keep), as bf16 weights are of
+ * the fp32 master params; "grads" is discarded. */
+struct rebuild_scene {
+	struct dormant *m;
+	void *master, *weights, *grads, *own_keep;
+	size_t size;
+	int calls;        /* callback runs */
+	int fail_next;    /* the next callbacks return this (0: succeed) */
+	bool saw_zeros;   /* the weights were zero when it ran */
+	bool saw_master;  /* the master params were restored when it ran */
+	bool saw_own_keep; /* a keep allocation of the rebuild tag was restored */
+	int sleep_result, alloc_result;
+	char tag[DORMANT_TAG_MAX + 1];
+};
+
+static int rebuild_weights(struct dormant *m, const char *tag, void *userdata)
+{
+	struct rebuild_scene *s = userdata;
+	uint8_t *buf = malloc(s->size);
+	void *p = NULL;
+
+	cr_assert_not_null(buf);
+	s->calls++;
+	snprintf(s->tag, sizeof(s->tag), "%s", tag);
+	s->saw_zeros = holds(m, s->weights, s->size, 0);
+	s->saw_master = holds(m, s->master, s->size, 91);
+	s->saw_own_keep = !s->own_keep || holds(m, s->own_keep, MiB, 93);
+	s->sleep_result = dormant_sleep(m, NULL, NULL);
+	s->alloc_result = dormant_alloc(m, "weights", 4096, &p);
+	if (s->fail_next) {
+		free(buf);
+		return s->fail_next;
+	}
+	cr_assert_eq(dormant_copy_to_host(m, buf, s->master, s->size), 0, "%s",
+		     dormant_last_error());
+	cr_assert_eq(dormant_copy_to_device(m, s->weights, buf, s->size), 0, "%s",
+		     dormant_last_error());
+	free(buf);
+	return 0;
+}
+
+static void rebuild_scene_init(struct rebuild_scene *s, enum dormant_host_mode mode)
+{
+	memset(s, 0, sizeof(*s));
+	s->m = manager_with(mode, 4 * MiB);
+	s->size = 9 * MiB + 512;
+	cr_assert_eq(dormant_set_policy(s->m, "weights", DORMANT_REBUILD), 0);
+	cr_assert_eq(dormant_set_rebuild(s->m, "weights", rebuild_weights, s), 0);
+	cr_assert_eq(dormant_set_policy(s->m, "grads", DORMANT_DISCARD), 0);
+	s->master = alloc_as(s->m, "master", DORMANT_POLICY_TAG, s->size);
+	s->weights = alloc_as(s->m, "weights", DORMANT_POLICY_TAG, s->size);
+	s->grads = alloc_as(s->m, "grads", DORMANT_POLICY_TAG, 3 * MiB);
+	fill(s->m, s->master, s->size, 91);
+	fill(s->m, s->weights, s->size, 91);
+	fill(s->m, s->grads, 3 * MiB, 92);
+}
+
+static void rebuild_scene_expect_intact(struct rebuild_scene *s)
+{
+	cr_expect(holds(s->m, s->master, s->size, 91), "master params lost");
+	cr_expect(holds(s->m, s->weights, s->size, 91), "weights not rebuilt");
+	cr_expect(holds(s->m, s->grads, 3 * MiB, 0), "grads not zero");
+}
+
+Test(rebuild, runs_once_after_the_kept_tags_are_back)
+{
+	static const char *const weights_first[] = { "weights", "grads", "master", NULL };
+	struct rebuild_scene s;
+	struct dormant_report srep, wrep;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+	cr_assert_eq(dormant_sleep(s.m, NULL, &srep), 0, "%s", srep.error);
+	cr_expect_eq(change_of(&srep, "weights")->policy, DORMANT_REBUILD);
+	cr_expect_eq(change_of(&srep, "weights")->bytes_copied, 0, "no host copy");
+	cr_expect_eq(change_of(&srep, "weights")->bytes_released, 10 * MiB);
+	cr_expect_eq(tag_stats(stats(s.m), "weights")->host_bytes, 0);
+	cr_expect_eq(tag_stats(stats(s.m), "weights")->policy, DORMANT_REBUILD);
+	cr_expect_eq(s.calls, 0, "a sleep runs no callback");
+	/* named first: the callback still runs after master is restored */
+	cr_assert_eq(dormant_wake(s.m, weights_first, &wrep), 0, "%s", wrep.error);
+	cr_expect_eq(s.calls, 1);
+	cr_expect_str_eq(s.tag, "weights");
+	cr_expect(s.saw_zeros, "the rebuild tag is mapped and zero-filled for its callback");
+	cr_expect(s.saw_master, "the kept tags are restored before the callback");
+	cr_expect_eq(s.sleep_result, -EBUSY, "a callback cannot sleep");
+	cr_expect_eq(s.alloc_result, -EBUSY, "nor allocate under a waking tag");
+	cr_expect_eq(change_of(&wrep, "weights")->bytes_zeroed, 10 * MiB);
+	rebuild_scene_expect_intact(&s);
+	/* and again */
+	cycle(s.m, NULL, NULL);
+	cr_expect_eq(s.calls, 2);
+	rebuild_scene_expect_intact(&s);
+	cr_expect_eq(host_bytes_settled(s.m, 0), 0);
+	expect_no_device_leak(s.m);
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, a_failing_callback_fails_the_wake_and_the_retry_works)
+{
+	static const struct range marked[] = { { 2 * MiB + 5, 3 * MiB } };
+	struct rebuild_scene s;
+	struct dormant_report rep;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+	mark(s.m, s.master, marked[0].offset, marked[0].size);
+	cr_assert_eq(dormant_sleep(s.m, NULL, &rep), 0, "%s", rep.error);
+	s.fail_next = -5;
+	cr_assert_eq(dormant_wake(s.m, NULL, &rep), -ECANCELED);
+	cr_expect(strstr(rep.error, "weights"), "the message names the tag: %s", rep.error);
+	cr_expect_eq(s.calls, 1);
+	for (size_t i = 0; i < 3; i++)
+		cr_expect_eq(stats(s.m)->tags[i].state, DORMANT_ASLEEP, "tag %s",
+			     stats(s.m)->tags[i].tag);
+	cr_expect_eq(stats(s.m)->device_bytes, 0, "what the wake mapped is given back");
+	cr_expect(tag_stats(stats(s.m), "master")->host_bytes >= s.size - marked[0].size &&
+		  tag_stats(stats(s.m), "master")->host_bytes <= s.size - marked[0].size + 3 * 4096,
+		  "the kept tag's host copy stays");
+	cr_expect_eq(stats(s.m)->wakes_failed, 1);
+	expect_no_device_leak(s.m);
+	/* positive values fail it too */
+	s.fail_next = 1;
+	cr_assert_eq(dormant_wake(s.m, NULL, &rep), -ECANCELED);
+	s.fail_next = 0;
+	cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "retry: %s", rep.error);
+	cr_expect_eq(s.calls, 3);
+	expect_marked_zero(s.m, s.master, s.size, 91, marked, 1);
+	/* the callback copied the master with its zeroed range */
+	expect_marked_zero(s.m, s.weights, s.size, 91, marked, 1);
+	cr_expect(holds(s.m, s.grads, 3 * MiB, 0));
+	cr_expect_eq(host_bytes_settled(s.m, 0), 0);
+	expect_no_device_leak(s.m);
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, keep_allocations_of_a_rebuild_tag_are_restored_first)
+{
+	struct rebuild_scene s;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RETAIN);
+	s.own_keep = alloc_as(s.m, "weights", DORMANT_KEEP, MiB);
+	fill(s.m, s.own_keep, MiB, 93);
+	cycle(s.m, NULL, NULL);
+	cr_expect_eq(s.calls, 1);
+	cr_expect(s.saw_own_keep, "restored before the callback");
+	cr_expect(holds(s.m, s.own_keep, MiB, 93));
+	rebuild_scene_expect_intact(&s);
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, without_a_callback_it_wakes_zero_filled)
+{
+	struct rebuild_scene s;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+	cr_assert_eq(dormant_set_rebuild(s.m, "weights", NULL, NULL), 0);
+	cycle(s.m, NULL, NULL);
+	cr_expect_eq(s.calls, 0);
+	cr_expect(holds(s.m, s.weights, s.size, 0));
+	cr_expect(holds(s.m, s.master, s.size, 91));
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, a_failed_sleep_rolls_back_with_the_rebuild_memory_intact,
+     .init = pin_pieces_small)
+{
+	for (unsigned n = 1; n < 40; n++) {
+		struct rebuild_scene s;
+		int r;
+
+		rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+		dormant_debug_inject_fault(s.m, DORMANT_FAULT_COPY, n, -EIO, false);
+		r = dormant_sleep(s.m, NULL, NULL);
+		dormant_debug_inject_fault(s.m, DORMANT_FAULT_COPY, 0, 0, false);
+		if (r == 0) {
+			dormant_destroy(s.m);
+			cr_expect_gt(n, 2, "the sleep made copies");
+			break;
+		}
+		cr_expect_eq(r, -EIO);
+		cr_expect_eq(s.calls, 0, "nothing to rebuild: never released");
+		cr_expect(holds(s.m, s.weights, s.size, 91), "n %u: rebuild memory lost", n);
+		cr_expect(holds(s.m, s.master, s.size, 91), "n %u: master lost", n);
+		dormant_destroy(s.m);
+	}
+}
+
+Test(rebuild, names_and_bad_input)
+{
+	struct dormant *m = manager();
+	enum dormant_policy p = DORMANT_KEEP;
+	void *ptr = NULL;
+
+	cr_expect_str_eq(dormant_policy_name(DORMANT_REBUILD), "rebuild");
+	cr_expect_eq(dormant_policy_from_name("rebuild", &p), 0);
+	cr_expect_eq(p, DORMANT_REBUILD);
+	cr_expect_eq(dormant_policy_from_name("rebuilt", &p), -EINVAL);
+	cr_expect_null(dormant_policy_name((enum dormant_policy)3));
+	cr_expect_eq(dormant_set_policy(m, "w", DORMANT_REBUILD), 0);
+	cr_expect_eq(dormant_alloc_policy(m, "w", DORMANT_REBUILD, MiB, 0, &ptr), -EINVAL,
+		     "rebuild is a tag's policy only");
+	cr_expect_eq(dormant_set_thread_policy(DORMANT_REBUILD), -EINVAL);
+	cr_expect_eq(dormant_set_rebuild(m, "bad tag!", rebuild_weights, NULL), -EINVAL);
+	cr_expect_eq(dormant_set_rebuild(NULL, "w", rebuild_weights, NULL), -EINVAL);
+	cr_expect_eq(dormant_set_rebuild(m, "new", rebuild_weights, NULL), 0, "creates the tag");
+	cr_expect_eq(tag_stats(stats(m), "new")->policy, DORMANT_KEEP, "not its policy");
+	dormant_destroy(m);
+}

@@ -133,6 +133,47 @@ Test(routes, marked_bytes_are_skipped_and_counted)
 	http_response_free(&r);
 }
 
+static int failing_rebuild(struct dormant *m, const char *tag, void *userdata)
+{
+	int *fail = userdata;
+
+	(void)m;
+	(void)tag;
+	return (*fail)-- > 0 ? -1 : 0;
+}
+
+/* A rebuild tag shows its policy; a failing callback fails the wake (409,
+ * cancelled) and the retry works. */
+Test(routes, rebuild_tags_and_failed_rebuilds)
+{
+	struct http_response r;
+	json_t *doc, *t;
+	int fail = 1;
+	void *p;
+
+	cr_assert_eq(dormant_set_policy(f.m, "bf16", DORMANT_REBUILD), 0);
+	cr_assert_eq(dormant_set_rebuild(f.m, "bf16", failing_rebuild, &fail), 0);
+	cr_assert_eq(dormant_alloc(f.m, "bf16", 1 << 20, &p), 0);
+	http_get(&f, "/stats", &r);
+	doc = http_json(&r);
+	t = tag_entry(json_object_get(doc, "tags"), "bf16");
+	cr_assert_str_eq(json_string_value(json_object_get(t, "policy")), "rebuild");
+	json_decref(doc);
+	http_response_free(&r);
+	http_post(&f, "/sleep", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	http_post(&f, "/wake", NULL, &r);
+	cr_assert_eq(r.status, 409, "%s", r.body);
+	cr_assert(strstr(r.body, "cancelled") && strstr(r.body, "bf16"), "%s", r.body);
+	http_response_free(&r);
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+	http_post(&f, "/wake", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	cr_assert(weights_intact(&f));
+}
+
 Test(routes, tags_in_body_and_query)
 {
 	struct http_response r;
