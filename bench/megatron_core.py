@@ -161,6 +161,14 @@ def table(results, ceiling):
     return "\n".join(lines)
 
 
+def write(out, results, ceiling):
+    text = table(results, ceiling)
+    (out / "megatron_core.json").write_text(json.dumps(
+        {"ceiling_gbps": ceiling, "results": results}, indent=1))
+    (out / "megatron_core.txt").write_text(text + "\n")
+    return text
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/megatron-core-bench"))
@@ -169,12 +177,10 @@ def main():
     ap.add_argument("--host-modes", default=",".join(HOST_MODES))
     ap.add_argument("--small", action="store_true", help="the test's small model")
     ap.add_argument("--one", nargs=2, metavar=("CONFIG", "HOST_MODE"), help=argparse.SUPPRESS)
-    ap.add_argument("--timeout-s", type=int, default=240)
+    ap.add_argument("--timeout-s", type=int, default=110, help="per configuration")
     args = ap.parse_args()
 
     if args.one:
-        import mcore
-        mcore.deterministic()
         result = run_one(args.one[0], args.one[1], args.cycles, args.small)
         print("RESULT " + json.dumps(result), flush=True)
         sys.stderr.flush()
@@ -209,14 +215,11 @@ def main():
             except subprocess.TimeoutExpired:
                 r = {"config": config, "host_mode": mode, "error": f"over {args.timeout_s} s"}
             results.append(r)
+            write(out, results, ceiling)  # so far: a run cut short keeps what it measured
             print(f"  {config}/{mode}: " + ("ERROR " + r["error"] if "error" in r else
                   f"{r['bytes_per_param']:.2f} B/param, sleep {r['sleep_s']:.3f} s, "
                   f"wake {r['wake_s']:.3f} s"), flush=True)
-    text = table(results, ceiling)
-    print(text)
-    (out / "megatron_core.json").write_text(json.dumps(
-        {"ceiling_gbps": ceiling, "results": results}, indent=1))
-    (out / "megatron_core.txt").write_text(text + "\n")
+    print(write(out, results, ceiling))
     failed = any("error" in r or not all(r["checks"].values()) for r in results)
     return 1 if failed else 0
 

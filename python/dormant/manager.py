@@ -24,32 +24,6 @@ _live_managers = weakref.WeakSet()
 # Manager._tls.transition_tags while a sleep or wake of every tag runs.
 _TAGS_ALL = "all"
 
-# dormant_rebuild_fn: int (*)(struct dormant *, const char *tag, void *userdata)
-_REBUILD_FN = getattr(_library, "REBUILD_FN", None) or ctypes.CFUNCTYPE(
-    ctypes.c_int, c_void_p, ctypes.c_char_p, c_void_p)
-
-# Issue 10's functions, for a _library that does not declare them (yet).
-_ISSUE10_PROTOTYPES = {
-    "dormant_mark_unused": (ctypes.c_int, [c_void_p, c_void_p, ctypes.c_size_t]),
-    "dormant_set_rebuild": (ctypes.c_int, [c_void_p, ctypes.c_char_p, _REBUILD_FN, c_void_p]),
-}
-
-
-def _function(lib, name, what):
-    """lib's declared function name, else the library's symbol declared from
-    _ISSUE10_PROTOTYPES, else UnsupportedError (via Library.need)."""
-    if lib.has(name) and hasattr(lib, name):
-        return getattr(lib, name)
-    fn = getattr(lib.cdll, name, None)
-    if fn is None or name not in _ISSUE10_PROTOTYPES:
-        if name not in lib.missing:
-            lib.missing.append(name)
-        return lib.need(name, what)
-    fn.restype, fn.argtypes = _ISSUE10_PROTOTYPES[name]
-    setattr(lib, name, fn)
-    return fn
-
-
 def _encode_tag(tag):
     if isinstance(tag, bytes):
         return tag
@@ -301,10 +275,8 @@ class Manager:
             if not callable(rebuild):
                 raise InvalidArgumentError('set_policy(tag, "rebuild") needs rebuild=<a callable>',
                                            errno.EINVAL)
-            set_rebuild = _function(self._lib, "dormant_set_rebuild", 'set_policy(tag, "rebuild")')
-            # The callback type the function is declared with (ctypes refuses another).
-            fn_type = (set_rebuild.argtypes or [None, None, _REBUILD_FN])[2]
-            callback = fn_type(self._rebuild_trampoline(rebuild))
+            set_rebuild = self._lib.need("dormant_set_rebuild", 'set_policy(tag, "rebuild")')
+            callback = _library.REBUILD_FN(self._rebuild_trampoline(rebuild))
             with self._lock:
                 # The callback is installed first, so the tag never has the
                 # rebuild policy without one; the old one stays referenced
@@ -352,7 +324,7 @@ class Manager:
         that is not inside one managed allocation. (With region(), the glue
         marks the caching allocator's free blocks itself before each sleep;
         see mark_free_blocks.)"""
-        fn = _function(self._lib, "dormant_mark_unused", "mark_unused()")
+        fn = self._lib.need("dormant_mark_unused", "mark_unused()")
         self._check(fn(self._handle(), ptr, size))
 
     def free_block_marks(self):
