@@ -165,13 +165,15 @@ class TorchGlue:
                         "sleep may skip blocks filled since", self.lib.last_error())
 
     def sleeping_tags(self):
-        """The awake "keep" tags this sleep may cover: those named, for a
-        sleep from Python on this thread; every awake "keep" tag for one
-        from HTTP (the hook is not told its tags)."""
+        """The awake tags this sleep may cover: those named, for a sleep from
+        Python on this thread; every awake tag for one from HTTP (the hook is
+        not told its tags). Tags of every policy: a tag may hold kept
+        allocations of their own policy (dormant_alloc_policy()), and marks
+        on memory that is not kept change nothing."""
         named = getattr(self.manager._tls, "transition_tags", None)
         tags = set()
         for t in self.manager.stats().get("tags", []):
-            if t.get("state") != "awake" or t.get("policy") != "keep":
+            if t.get("state") != "awake":
                 continue
             if named is None or named == "all" or t["tag"] in named:
                 tags.add(t["tag"])

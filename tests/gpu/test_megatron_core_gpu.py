@@ -175,7 +175,7 @@ def test_free_blocks_skipped_and_host_bytes(request, which, note):
          f"copied {copied / MiB:.1f} MiB in {run['sleeps'][-1]['duration_s'] * 1e3:.1f} ms")
     assert asleep[tags.grads]["host_bytes"] == 0
     assert any(s > 0 for s in skipped), "no free block of the first step was skipped"
-    # Over HTTP the hook is not told the tags: it marks every awake keep tag
+    # Over HTTP the hook is not told the tags: it marks every awake tag
     # (the baseline's too), and the sleep skips those of its own tags.
     assert marks["bytes"] >= skipped[-1]
     live_bytes = 12 * n + (0 if which == "rebuilt" else 2 * n)

@@ -195,7 +195,9 @@ def test_glue_marks_only_the_tags_a_python_sleep_names(glue):
 
 
 @needs_marks
-def test_discard_tags_and_opt_out_are_not_marked(glue):
+def test_opt_out_and_discard_tags(glue):
+    """mark_free_blocks=False marks nothing; a discard tag's marks skip
+    nothing (it copies nothing anyway)."""
     fake, mgr, module = glue
     segs = Segments(fake)
     with mgr.region("grads", policy="discard"):
