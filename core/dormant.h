@@ -5,10 +5,13 @@
  *
  * The manager owns device allocations grouped by tag. Sleeping a tag releases
  * its physical device memory while its virtual address range stays reserved:
- * tags with policy DORMANT_KEEP are first copied to host memory, tags with
- * policy DORMANT_DISCARD are released with no copy at all. Waking maps fresh
- * physical memory at the same addresses, restores DORMANT_KEEP tags and
- * zero-fills DORMANT_DISCARD tags. Pointers never change.
+ * memory with policy DORMANT_KEEP is first copied to host memory (only its
+ * live bytes: not what dormant_mark_unused() marked), memory with policy
+ * DORMANT_DISCARD or DORMANT_REBUILD is released with no copy at all. Waking
+ * maps fresh physical memory at the same addresses, restores DORMANT_KEEP
+ * memory, zero-fills the rest, then runs the rebuild callbacks of
+ * DORMANT_REBUILD tags. A policy belongs to a tag, and an allocation may have
+ * one of its own (dormant_alloc_policy()). Pointers never change.
  *
  * Conventions, for every function below unless its comment says otherwise:
  *  - it returns 0 (or a count) on success and a negative errno on failure;
