@@ -214,16 +214,20 @@ static bool conf_sets(const char *conf, const char *key, const char *value)
 	while (*p) {
 		const char *end = strchr(p, ',');
 		const char *colon;
-		size_t len = end ? (size_t)(end - p) : strlen(p);
+		size_t len = end ? (size_t)(end - p) : strlen(p), klen;
 
 		while (len && (*p == ' ' || *p == '\t')) {
 			p++;
 			len--;
 		}
 		colon = memchr(p, ':', len);
-		if (colon && (size_t)(colon - p) == key_len && memcmp(p, key, key_len) == 0) {
+		klen = colon ? (size_t)(colon - p) : 0;
+
+		while (klen && (p[klen - 1] == ' ' || p[klen - 1] == '\t'))
+			klen--;
+		if (colon && klen == key_len && memcmp(p, key, key_len) == 0) {
 			const char *v = colon + 1;
-			size_t vlen = len - key_len - 1;
+			size_t vlen = len - (size_t)(colon - p) - 1;
 
 			while (vlen && (*v == ' ' || *v == '\t')) {
 				v++;
