@@ -4,8 +4,9 @@
  * tools/dormant-run and docs/capture.md), interposes the CUDA runtime's
  * cudaMalloc and cudaFree so that every device allocation a program makes
  * through them (PyTorch's caching allocator included) is a dormant allocation
- * of one process-wide manager, under the calling thread's tag ("default"
- * unless a region chose another; see dormant_set_thread_tag()).
+ * of one process-wide manager, under the calling thread's tag and policy
+ * ("default", following the tag's policy, keep unless set otherwise; a region
+ * chooses others: dormant_set_thread_tag(), dormant_set_thread_policy()).
  *
  * Capture is on when $DORMANT_PRELOAD is "1"; otherwise every call goes
  * through to the CUDA runtime untouched. The manager is created at the first

@@ -548,7 +548,9 @@ DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 		return cudaSuccess;
 	}
 	dormant_get_thread_tag(tag, sizeof(tag));
-	r = dormant_alloc_on(process_manager, tag, size, current_device(), &ptr);
+	/* the thread's tag and policy, as dormant_torch_malloc() takes them */
+	r = dormant_alloc_policy(process_manager, tag, dormant_get_thread_policy(), size,
+				 current_device(), &ptr);
 	if (r < 0) {
 		atomic_fetch_add(&failed_allocations, 1);
 		/* out of memory is the caller's to handle (PyTorch frees its cache

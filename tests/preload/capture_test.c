@@ -168,7 +168,7 @@ static void mode_foreign(void)
 /* The thread's tag chooses the tag; a discard tag comes back zero-filled. */
 static void mode_tags(void)
 {
-	unsigned char *kept, *grads;
+	unsigned char *kept, *grads, *scratch;
 	const struct dormant_tag_stats *t;
 
 	CHECK(dormant_set_policy(the_manager(), "grads", DORMANT_DISCARD) == 0, "policy");
@@ -176,17 +176,23 @@ static void mode_tags(void)
 	CHECK(cudaMalloc((void **)&grads, 1 << 20) == 0, "cudaMalloc grads");
 	CHECK(dormant_set_thread_tag(NULL) == 0, "thread tag reset");
 	CHECK(cudaMalloc((void **)&kept, 1 << 20) == 0, "cudaMalloc kept");
+	/* a no-backup allocation inside the kept "default" tag */
+	CHECK(dormant_set_thread_policy(DORMANT_DISCARD) == 0, "thread policy");
+	CHECK(cudaMalloc((void **)&scratch, 1 << 20) == 0, "cudaMalloc scratch");
+	CHECK(dormant_set_thread_policy(DORMANT_POLICY_TAG) == 0, "thread policy reset");
 	fill(kept, 1 << 20, 7);
 	memset(grads, 0xab, 1 << 20);
+	memset(scratch, 0xcd, 1 << 20);
 	t = tag_stats(stats(), "grads");
 	CHECK(t && t->allocations == 1, "grads tag");
 	t = tag_stats(stats(), "default");
-	CHECK(t && t->allocations == 1, "default tag");
+	CHECK(t && t->allocations == 2, "default tag");
 	CHECK(dormant_sleep(the_manager(), NULL, NULL) == 0, "sleep");
 	CHECK(dormant_wake(the_manager(), NULL, NULL) == 0, "wake");
 	CHECK(check(kept, 1 << 20, 7), "kept data lost");
 	for (size_t i = 0; i < 1 << 20; i++)
-		CHECK(grads[i] == 0, "discarded byte %zu is %d", i, grads[i]);
+		CHECK(grads[i] == 0 && scratch[i] == 0, "discarded byte %zu is %d/%d", i, grads[i],
+		      scratch[i]);
 }
 
 /* Error codes a CUDA program expects. */
