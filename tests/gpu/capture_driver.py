@@ -29,8 +29,11 @@ def dormant_run_path():
 
 def gpu_memory_mib(pid):
     """(MiB the process holds per nvidia-smi or None, MiB used on the GPU)."""
-    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                           "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    try:
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    except FileNotFoundError:
+        return None, None
     used_by_pid = None
     for line in apps.stdout.splitlines():
         fields = [f.strip() for f in line.split(",")]
