@@ -393,8 +393,6 @@ class Manager:
         out = c_void_p()
         self._tls.hook_error = None
         self._tls.rebuild_error = None
-        if self._torch is not None:
-            self._torch.tls.marked = False
         # What the before-sleep hook of the torch glue reads (same thread).
         self._tls.transition_tags = _TAGS_ALL if tags is None else {
             t.decode("utf-8", "replace") if isinstance(t, bytes) else t
@@ -405,8 +403,6 @@ class Manager:
             self._tls.transition_tags = None
         message = lib.last_error() if r < 0 else ""
         report = self._take_json(out)
-        if r < 0 and action == "sleep" and self._torch is not None:
-            self._torch.after_failed_sleep()
         if r < 0:
             if not message and report:
                 message = report.get("error") or report.get("detail") or ""
