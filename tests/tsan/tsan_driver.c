@@ -207,13 +207,28 @@ static void *crowd_rival(void *arg)
 	return NULL;
 }
 
+static void *crowd_policy(void *arg)
+{
+	struct crowd *c = arg;
+
+	/* the grads' policy flips while they may be sleeping: 0 or -EBUSY */
+	for (unsigned i = 0; !atomic_load(&c->stop); i++) {
+		int r = dormant_set_policy(c->m, "grads", i % 2 ? DORMANT_KEEP : DORMANT_DISCARD);
+
+		if (r != 0 && r != -EBUSY)
+			fail("set_policy: %d %s", r, dormant_last_error());
+		pause_us(500);
+	}
+	return NULL;
+}
+
 static void scenario_crowd(void)
 {
 	static const char *const both[] = { "weights", "grads", NULL };
 	void *(*const mains[])(void *) = { crowd_allocator, crowd_reader, crowd_reader,
-					   crowd_freer, crowd_rival };
+					   crowd_freer, crowd_rival, crowd_policy };
 	struct crowd c = { .m = manager_new(256 * MiB) };
-	pthread_t t[5];
+	pthread_t t[6];
 	void *w;
 
 	if (!c.m)
@@ -225,11 +240,11 @@ static void scenario_crowd(void)
 		c.victims[i] = alloc_filled(c.m, i % 2 ? "grads" : "weights", i % 4 ? 64 * KiB : 2 * MiB,
 					    (unsigned)i);
 	alloc_filled(c.m, "scratch", MiB, 5);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		pthread_create(&t[i], NULL, mains[i], &c);
 	cycle(c.m, both, 12);
 	atomic_store(&c.stop, true);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		pthread_join(t[i], NULL);
 	if (w && !holds(c.m, w, 6 * MiB, 21))
 		fail("weights changed over the cycles");
@@ -302,6 +317,40 @@ static void scenario_guard(void)
 	if (atomic_load(&hooks) < 4 * 20)
 		fail("hooks ran %u times for 20 cycles", atomic_load(&hooks));
 	dormant_destroy(s.m);
+}
+
+/* ---- policy: changed in the window between picking the tags and moving
+ * them (the guard wait and the before-sleep hooks run without the lock) --- */
+
+static int flip_to_keep(struct dormant *m, enum dormant_hook_point point, void *userdata)
+{
+	if (dormant_set_policy(m, "grads", DORMANT_KEEP) < 0)
+		fail("set_policy in a hook: %s", dormant_last_error());
+	return 0;
+}
+
+static void scenario_policy(void)
+{
+	struct dormant *m = manager_new(64 * MiB);
+	struct dormant_report rep;
+	void *g;
+
+	if (!m)
+		return;
+	dormant_set_policy(m, "grads", DORMANT_DISCARD);
+	g = alloc_filled(m, "grads", 2 * MiB, 7);
+	dormant_hook_add(m, DORMANT_HOOK_BEFORE_SLEEP, flip_to_keep, NULL);
+	if (dormant_sleep(m, NULL, &rep) < 0 || dormant_wake(m, NULL, NULL) < 0) {
+		fail("cycle: %s", dormant_last_error());
+	} else {
+		/* the copies followed the new policy, and the report says so */
+		if (!g || !holds(m, g, 2 * MiB, 7))
+			fail("grads not kept after their policy became keep");
+		if (rep.tag_count != 1 || rep.tags[0].policy != DORMANT_KEEP)
+			fail("the report says policy %s, the copies followed keep",
+			     dormant_policy_name(rep.tags[0].policy));
+	}
+	dormant_destroy(m);
 }
 
 /* ---- torch: the allocator entry points on threads of their own ---------- */
@@ -631,6 +680,7 @@ static const struct {
 } scenarios[] = {
 	{ "crowd", scenario_crowd },
 	{ "guard", scenario_guard },
+	{ "policy", scenario_policy },
 	{ "torch", scenario_torch },
 	{ "modes", scenario_modes },
 	{ "faults", scenario_faults },
