@@ -394,7 +394,7 @@ Test(outcome, bytes_outside_ascii_are_shown_as_question_marks)
 {
 	struct ctl_endpoints list;
 	struct ctl_result r;
-	char long_detail[600];
+	char long_detail[1024];
 	char *text = NULL;
 	size_t size = 0;
 	FILE *out;
