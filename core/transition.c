@@ -142,6 +142,11 @@ static int collect_items(struct transition *t)
 		struct dormant_tag_change *change = change_of(t, tag);
 
 		tag->state = t->via;
+		/* the policy may have changed since select_tags() (the tag was
+		 * still awake, the lock let go for the guard and the hooks); from
+		 * here on it cannot, and this is the one the copies follow */
+		if (change)
+			change->policy = tag->policy;
 		for (struct alloc *a = tag->allocs; a; a = a->next) {
 			a->in_transition = true;
 			t->allocs[t->alloc_count++] = a;

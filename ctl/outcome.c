@@ -49,13 +49,19 @@ void ctl_result_finish(struct ctl_result *r)
 	r->response = NULL;
 }
 
-/* Copy a server string for display: control characters become spaces. */
+/* Copy a server string for display: control characters become spaces,
+ * bytes outside ASCII '?' (a copy cut short could end inside a UTF-8
+ * sequence, and a header need not be UTF-8 at all: the JSON report would
+ * then fail; dormant servers send ASCII only). */
 static void copy_clean(char *dst, size_t size, const char *src)
 {
 	size_t i = 0;
 
-	for (; src && src[i] && i + 1 < size; i++)
-		dst[i] = iscntrl((unsigned char)src[i]) ? ' ' : src[i];
+	for (; src && src[i] && i + 1 < size; i++) {
+		unsigned char c = (unsigned char)src[i];
+
+		dst[i] = c >= 0x80 ? '?' : iscntrl(c) ? ' ' : (char)c;
+	}
 	dst[i] = '\0';
 }
 

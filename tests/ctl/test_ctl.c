@@ -388,6 +388,44 @@ Test(outcome, control_characters_are_cleaned)
 	ctl_result_finish(&r);
 }
 
+/* Found by fuzz-ctl-response: a Content-Type that is not UTF-8 (or a detail
+ * cut inside a UTF-8 sequence) made the JSON report fail as out of memory. */
+Test(outcome, bytes_outside_ascii_are_shown_as_question_marks)
+{
+	struct ctl_endpoints list;
+	struct ctl_result r;
+	char long_detail[1024];
+	char *text = NULL;
+	size_t size = 0;
+	FILE *out;
+
+	ctl_endpoints_init(&list);
+	cr_assert_eq(ctl_endpoints_add_spec(&list, "a:1", NULL, 0, err, sizeof(err)), 1);
+	ctl_result_init(&r);
+	ctl_result_from_response(&r, CTL_READY, 289, "\xf4text/html", "<html>", 6, false);
+	cr_expect_str_eq(r.error, "HTTP 289 (?text/html)");
+	out = open_memstream(&text, &size);
+	cr_expect_eq(ctl_report_json(out, CTL_READY, NULL, &list, &r), 0);
+	fclose(out);
+	free(text);
+	ctl_result_finish(&r);
+
+	/* "\u00e9" is two bytes in UTF-8: 300 of them are cut somewhere */
+	strcpy(long_detail, "{\"detail\":\"");
+	for (int i = 0; i < 100; i++)
+		strcat(long_detail, "\\u00e9");
+	strcat(long_detail, "\"}");
+	read_answer(&r, CTL_SLEEP, 500, long_detail);
+	cr_expect(strncmp(r.error, "HTTP 500: ??", 12) == 0, "%s", r.error);
+	text = NULL;
+	out = open_memstream(&text, &size);
+	cr_expect_eq(ctl_report_json(out, CTL_SLEEP, NULL, &list, &r), 0);
+	fclose(out);
+	free(text);
+	ctl_result_finish(&r);
+	ctl_endpoints_finish(&list);
+}
+
 Test(outcome, stats_reads_totals_and_health)
 {
 	struct ctl_result r;

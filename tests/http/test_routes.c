@@ -641,3 +641,28 @@ Test(routes_nomanager_tags, empty_manager_is_awake)
 	http_response_free(&r);
 	fixture_stop(&g);
 }
+
+/* Found by fuzz-request: a body of NUL bytes passed for a blank one, so the
+ * transition ran on every tag without a JSON body or a Content-Type. */
+Test(routes, nul_bytes_are_not_a_blank_body)
+{
+	static const char nuls[8] = { 0 };
+	struct http_request req = { .method = "POST", .path = "/sleep", .body = nuls,
+				    .body_size = sizeof(nuls), .content_type = "text/plain" };
+	struct http_response r;
+
+	http_do(&f, &req, &r);
+	assert_problem(&r, 415, "unsupported-media-type");
+	http_response_free(&r);
+	req.content_type = NULL; /* application/json */
+	http_do(&f, &req, &r);
+	assert_problem(&r, 400, "bad-request");
+	http_response_free(&r);
+	req.body = " \r\n\t";
+	req.body_size = 0;
+	req.content_type = "text/plain";
+	http_do(&f, &req, &r);
+	cr_expect_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+}

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer harness: bearer tokens (server/auth.c), checked against a plain
+ * reading of the rules. The input is "TOKEN\nAUTHORIZATION": the token is
+ * taken as the token option and, the whole input, as a token file; a valid
+ * token is then compared with the Authorization header value.
+ *
+ * Rules: a token is 1 to AUTH_TOKEN_MAX visible ASCII characters (a token
+ * file is trimmed of blanks around it first); a header carries it as
+ * "Bearer" (any case), one or more blanks, the token, optional blanks.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "auth.h"
+
+#define CHECK(cond)                                                              \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			fprintf(stderr, "fuzz_auth: %s:%d: check failed: %s\n", \
+				__FILE__, __LINE__, #cond);                      \
+			abort();                                                 \
+		}                                                                \
+	} while (0)
+
+static char token_path[] = "/tmp/fuzz-auth.XXXXXX";
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+static void cleanup(void)
+{
+	unlink(token_path);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	int fd = mkstemp(token_path);
+
+	CHECK(fd >= 0);
+	close(fd);
+	atexit(cleanup);
+	unsetenv("DORMANT_TOKEN");
+	unsetenv("DORMANT_TOKEN_FILE");
+	return 0;
+}
+
+static bool visible(const char *s, size_t len)
+{
+	if (len == 0 || len > AUTH_TOKEN_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return false;
+	return true;
+}
+
+static bool blank(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+static bool reference_check(const char *token, const char *header)
+{
+	size_t len;
+
+	if (strncasecmp(header, "Bearer", 6) != 0 || !blank(header[6]))
+		return false;
+	header += 6;
+	while (blank(*header))
+		header++;
+	len = strlen(header);
+	while (len > 0 && blank(header[len - 1]))
+		len--;
+	return len == strlen(token) && memcmp(header, token, len) == 0;
+}
+
+static void check_file(const unsigned char *data, size_t size)
+{
+	struct dormant_server_options o = { .token_file = token_path };
+	size_t start = 0, end = size;
+	char *token = NULL;
+	bool valid;
+	FILE *f = fopen(token_path, "w");
+	int r;
+
+	CHECK(f);
+	CHECK(fwrite(data, 1, size, f) == size);
+	CHECK(fclose(f) == 0);
+	while (start < end && strchr(" \t\r\n", data[start]) && data[start])
+		start++;
+	while (end > start && strchr(" \t\r\n", data[end - 1]) && data[end - 1])
+		end--;
+	/* the file's whole size counts against the limit, blanks included */
+	valid = size < AUTH_TOKEN_MAX + 64 && visible((const char *)data + start, end - start);
+	r = auth_token_load(&o, &token);
+	CHECK((r == 0) == valid);
+	if (valid) {
+		CHECK(token && strlen(token) == end - start);
+		CHECK(memcmp(token, data + start, end - start) == 0);
+	}
+	free(token);
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+	const unsigned char *nl = memchr(data, '\n', size);
+	size_t token_len = nl ? (size_t)(nl - data) : size;
+	char *given = strndup((const char *)data, token_len);
+	char *header = nl ? strndup((const char *)nl + 1, size - token_len - 1) : NULL;
+	struct dormant_server_options o = { .token = given };
+	char *token = NULL;
+	int r;
+
+	CHECK(given);
+	r = auth_token_load(&o, &token);
+	CHECK((r == 0) == visible(given, strlen(given)));
+	if (r == 0) {
+		CHECK(token && strcmp(token, given) == 0);
+		if (header)
+			CHECK(auth_check(token, header) == reference_check(token, header));
+		CHECK(!auth_check(token, NULL));
+	}
+	check_file(data, size);
+	free(token);
+	free(given);
+	free(header);
+	return 0;
+}

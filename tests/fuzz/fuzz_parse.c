@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer harness: the small parsers of user input, each checked against a
+ * plain reading of its rules. The first byte picks one, the rest (cut at a
+ * NUL, as a C string would be) is its text:
+ *   0  size strings ("64MiB", DORMANT_*_BYTES; core/util.c size_parse)
+ *   1  tag names (core/util.c tag_name_check)
+ *   2  dormantctl --tags lists, and the JSON body made of them: every tag
+ *      dormantctl accepts the server accepts too
+ *   3  dormantctl's whole numbers and seconds
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* dormantctl's own parsers are static in its main file: take them whole. */
+#define main dormantctl_main
+int dormantctl_main(int argc, char **argv);
+#include "dormantctl.c"
+#undef main
+
+#define CHECK(cond)                                                               \
+	do {                                                                      \
+		if (!(cond)) {                                                    \
+			fprintf(stderr, "fuzz_parse: %s:%d: check failed: %s\n", \
+				__FILE__, __LINE__, #cond);                       \
+			abort();                                                  \
+		}                                                                 \
+	} while (0)
+
+static int null_fd = -1, saved_stderr = -1;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	saved_stderr = dup(STDERR_FILENO);
+	CHECK(null_fd >= 0 && saved_stderr >= 0);
+	return 0;
+}
+
+/* dormantctl's parsers explain a refusal on stderr: not here. */
+static void quiet(bool on)
+{
+	fflush(stderr);
+	dup2(on ? null_fd : saved_stderr, STDERR_FILENO);
+}
+
+static bool reference_size(const char *text, size_t *ret)
+{
+	static const struct {
+		const char *suffix;
+		unsigned long long factor;
+	} units[] = {
+		{ "", 1 }, { "B", 1 }, { "K", 1ull << 10 }, { "KB", 1000 }, { "KiB", 1ull << 10 },
+		{ "M", 1ull << 20 }, { "MB", 1000000 }, { "MiB", 1ull << 20 },
+		{ "G", 1ull << 30 }, { "GB", 1000000000 }, { "GiB", 1ull << 30 },
+		{ "T", 1ull << 40 }, { "TB", 1000000000000ull }, { "TiB", 1ull << 40 },
+	};
+	unsigned long long value = 0;
+	const char *p = text;
+
+	if (*p < '0' || *p > '9')
+		return false;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (__builtin_mul_overflow(value, 10ull, &value) ||
+		    __builtin_add_overflow(value, (unsigned long long)(*p - '0'), &value))
+			return false;
+	}
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		unsigned long long bytes;
+
+		if (strcmp(p, units[i].suffix) != 0)
+			continue;
+		if (__builtin_mul_overflow(value, units[i].factor, &bytes) || bytes > SIZE_MAX)
+			return false;
+		*ret = (size_t)bytes;
+		return true;
+	}
+	return false;
+}
+
+static bool reference_tag(const char *tag)
+{
+	size_t len = strlen(tag);
+
+	if (len == 0 || len > DORMANT_TAG_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = tag[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == ':' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+static void check_tags(char *text)
+{
+	struct options o = { .tags_spec = text };
+	char *copy = strdup(text), *body;
+	json_t *doc, *tags;
+	int r;
+
+	CHECK(copy);
+	quiet(true);
+	r = parse_tags(&o);
+	quiet(false);
+	if (r == 0) {
+		size_t n = 0;
+
+		CHECK(o.tags);
+		for (; o.tags[n]; n++) {
+			CHECK(tag_name_check(o.tags[n]) == 0);
+			for (size_t j = 0; j < n; j++)
+				CHECK(strcmp(o.tags[j], o.tags[n]) != 0);
+		}
+		CHECK(n >= 1 && n <= DORMANT_TAGS_MAX);
+		body = request_body(&o);
+		CHECK(body);
+		doc = json_loads(body, JSON_REJECT_DUPLICATES, NULL);
+		tags = json_object_get(doc, "tags");
+		CHECK(json_is_array(tags) && json_array_size(tags) == n);
+		for (size_t i = 0; i < n; i++)
+			CHECK(strcmp(json_string_value(json_array_get(tags, i)), o.tags[i]) == 0);
+		json_decref(doc);
+		free(body);
+	} else {
+		/* refused: the list had a bad tag, a duplicate or too many */
+		bool bad = false;
+		size_t n = 0;
+		char *item, *cursor = copy, *seen[DORMANT_TAGS_MAX + 1];
+
+		while ((item = strsep(&cursor, ","))) {
+			if (!reference_tag(item) || n == DORMANT_TAGS_MAX)
+				bad = true;
+			for (size_t j = 0; j < n && !bad; j++)
+				bad = strcmp(seen[j], item) == 0;
+			if (bad)
+				break;
+			seen[n++] = item;
+		}
+		CHECK(bad);
+	}
+	free(o.tags);
+	free(copy);
+}
+
+static void check_numbers(const char *text)
+{
+	unsigned u = 0;
+	double s = 0;
+	int r;
+
+	quiet(true);
+	r = parse_unsigned("--n", text, 1, 1000, &u);
+	quiet(false);
+	if (r == 0) {
+		char back[16];
+
+		CHECK(u >= 1 && u <= 1000);
+		snprintf(back, sizeof(back), "%u", u);
+		/* digits only, leading zeros allowed */
+		CHECK(strspn(text, "0123456789") == strlen(text));
+		CHECK(strtoul(text, NULL, 10) == u);
+	}
+	quiet(true);
+	r = parse_seconds("--timeout", text, 0.001, &s);
+	quiet(false);
+	if (r == 0)
+		CHECK(isfinite(s) && s >= 0.001 && s <= SECONDS_MAX);
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+	char *text;
+	size_t got = 0, want = 0;
+	bool ok;
+	int r;
+
+	if (size == 0 || size > 4096)
+		return 0;
+	text = strndup((const char *)data + 1, size - 1);
+	CHECK(text);
+	switch (data[0] % 4) {
+	case 0:
+		r = size_parse(text, &got);
+		ok = reference_size(text, &want);
+		CHECK((r == 0) == ok);
+		CHECK(r == 0 ? got == want : r == -EINVAL);
+		break;
+	case 1:
+		r = tag_name_check(text);
+		CHECK((r == 0) == reference_tag(text));
+		CHECK(r == 0 || r == -EINVAL);
+		break;
+	case 2:
+		check_tags(text);
+		break;
+	case 3:
+		check_numbers(text);
+		break;
+	}
+	free(text);
+	return 0;
+}

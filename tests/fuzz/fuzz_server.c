@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer harness: the whole embedded server (libmicrohttpd, routing,
+ * authentication, the handlers, the manager on the host backend) through its
+ * public API. Two servers listen on Unix sockets, one open and one with the
+ * token "s3cret"; the first byte of the input picks one, the rest is sent as
+ * is over a fresh connection, whose write side is then shut. What comes back
+ * (if anything) must be an HTTP/1.x answer. After each input every tag is
+ * woken and the weights must hold their pattern.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dormant-server.h"
+#include "dormant.h"
+
+#define TAG_BYTES ((size_t)1 << 20)
+/* How long one input may keep its connection: a request the server waits
+ * to complete is cut here (the server's own timeout, 1 s, frees its slot). */
+#define EXCHANGE_MS 100
+
+static struct dormant *manager;
+static struct dormant_server *servers[2];
+static struct sockaddr_un addrs[2];
+static char folder[] = "/tmp/fuzz-server.XXXXXX";
+static void *weights;
+static unsigned char *pattern;
+
+#define CHECK(cond)                                                                \
+	do {                                                                       \
+		if (!(cond)) {                                                     \
+			fprintf(stderr, "fuzz_server: %s:%d: check failed: %s\n", \
+				__FILE__, __LINE__, #cond);                        \
+			abort();                                                   \
+		}                                                                  \
+	} while (0)
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+static void cleanup(void)
+{
+	for (int i = 0; i < 2; i++)
+		dormant_server_stop(servers[i]);
+	dormant_destroy(manager);
+	rmdir(folder);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	struct dormant_options o = {
+		.backend = "host",
+		.host_mode = DORMANT_HOST_RELEASE,
+		.chunk_bytes = TAG_BYTES,
+		.guard_timeout_ms = 10,
+		.copy_threads = 1,
+		.host_devices = 1,
+		.host_device_bytes = 16 * TAG_BYTES,
+	};
+	void *grads;
+
+	CHECK(mkdtemp(folder));
+	if (dormant_new(&o, &manager) < 0 ||
+	    dormant_set_policy(manager, "grads", DORMANT_DISCARD) < 0 ||
+	    dormant_alloc(manager, "weights", TAG_BYTES, &weights) < 0 ||
+	    dormant_alloc(manager, "grads", TAG_BYTES, &grads) < 0) {
+		fprintf(stderr, "fuzz_server: setup: %s\n", dormant_last_error());
+		abort();
+	}
+	pattern = malloc(TAG_BYTES);
+	CHECK(pattern);
+	for (size_t i = 0; i < TAG_BYTES; i++)
+		pattern[i] = (unsigned char)(i * 131 + 7);
+	CHECK(dormant_copy_to_device(manager, weights, pattern, TAG_BYTES) == 0);
+	for (int i = 0; i < 2; i++) {
+		char path[64];
+		struct dormant_server_options so = {
+			.unix_path = path,
+			.token = i ? "s3cret" : NULL,
+			.open_probes = i == 1,
+			.threads = 2,
+			.max_connections = 256,
+			.connection_timeout_s = 1,
+			.quiet = true,
+		};
+
+		snprintf(path, sizeof(path), "%s/%d.sock", folder, i);
+		if (dormant_server_start(manager, &so, &servers[i]) < 0) {
+			fprintf(stderr, "fuzz_server: server: %s\n", dormant_last_error());
+			abort();
+		}
+		addrs[i].sun_family = AF_UNIX;
+		snprintf(addrs[i].sun_path, sizeof(addrs[i].sun_path), "%s", path);
+	}
+	atexit(cleanup);
+	return 0;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* Send the bytes, shut the write side, read the answer until the server
+ * closes or the time is up. Returns the bytes read into buf (a prefix). */
+static size_t exchange(int which, const unsigned char *data, size_t size, char *buf,
+		       size_t buf_size)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	long deadline = now_ms() + EXCHANGE_MS;
+	size_t sent = 0, got = 0;
+	bool shut = false;
+
+	CHECK(fd >= 0);
+	/* blocking: waits, rather than fails, while the backlog is full */
+	CHECK(connect(fd, (struct sockaddr *)&addrs[which], sizeof(addrs[which])) == 0);
+	CHECK(fcntl(fd, F_SETFL, O_NONBLOCK) == 0);
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN | (shut ? 0 : POLLOUT) };
+		long left = deadline - now_ms();
+		char scratch[4096];
+		ssize_t n;
+
+		if (!shut && sent == size) {
+			shutdown(fd, SHUT_WR);
+			shut = true;
+		}
+		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+			break;
+		if (pfd.revents & POLLOUT && !shut) {
+			n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+			if (n < 0 && errno != EAGAIN)
+				shut = true; /* the server closed: read what it said */
+			else if (n > 0)
+				sent += (size_t)n;
+		}
+		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+			n = recv(fd, scratch, sizeof(scratch), 0);
+			if (n <= 0 && !(n < 0 && errno == EAGAIN))
+				break;
+			if (n > 0) {
+				size_t keep = got < buf_size ? buf_size - got : 0;
+
+				memcpy(buf + got, scratch, (size_t)n < keep ? (size_t)n : keep);
+				got += (size_t)n < keep ? (size_t)n : keep;
+			}
+		}
+	}
+	close(fd);
+	return got;
+}
+
+/* Every tag awake again, and the weights hold their pattern: checked after a
+ * wake that did something, and every 256 inputs anyway. */
+static void check_intact(void)
+{
+	static unsigned inputs;
+	struct dormant_report rep;
+	unsigned char *back;
+	int r;
+
+	/* a transition the client gave up on may still run: wait for it */
+	for (int i = 0; (r = dormant_wake(manager, NULL, &rep)) == -EBUSY && i < 5000; i++)
+		usleep(1000);
+	CHECK(r == 0);
+	if (rep.bytes_mapped == 0 && ++inputs % 256 != 0)
+		return;
+	back = malloc(TAG_BYTES);
+	CHECK(back);
+	CHECK(dormant_copy_to_host(manager, back, weights, TAG_BYTES) == 0);
+	CHECK(memcmp(back, pattern, TAG_BYTES) == 0);
+	free(back);
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+	char answer[16];
+	size_t got;
+
+	if (size == 0)
+		return 0;
+	got = exchange(data[0] & 1, data + 1, size - 1, answer, sizeof(answer));
+	if (got >= 7 && memcmp(answer, "HTTP/1.", 7) != 0) {
+		fprintf(stderr, "fuzz_server: answer is not HTTP/1.x: %.*s\n", (int)got, answer);
+		abort();
+	}
+	check_intact();
+	return 0;
+}
