@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: MIT
+"""torch_memory_saver.hooks.mode_preload, on dormant."""
+from dormant.torch_memory_saver import configure_subprocess  # noqa: F401
