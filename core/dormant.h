@@ -52,6 +52,11 @@ enum dormant_policy {
 	DORMANT_DISCARD = 1, /* no host copy; zero-filled on wake */
 };
 
+/* Where a per-allocation policy is asked for (dormant_alloc_policy(),
+ * dormant_set_thread_policy()): "follow the tag's policy", also when the
+ * tag's policy changes later. */
+#define DORMANT_POLICY_TAG (-1)
+
 enum dormant_state {
 	DORMANT_AWAKE = 0,
 	DORMANT_SLEEPING,
@@ -165,6 +170,21 @@ DORMANT_EXPORT int dormant_alloc(struct dormant *m, const char *tag, size_t size
 /* As dormant_alloc(), on the given device ordinal (-ENODEV if out of range). */
 DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t size,
 				    int device, void **ret_ptr);
+
+/*
+ * As dormant_alloc_on(), with a policy of the allocation's own: one tag may
+ * hold both kept and discarded memory, and a sleep or wake of the tag covers
+ * both (DORMANT_KEEP memory is copied and restored, DORMANT_DISCARD memory is
+ * released without a copy and zero-filled on wake). policy is DORMANT_KEEP,
+ * DORMANT_DISCARD, or DORMANT_POLICY_TAG (what dormant_alloc() does: the
+ * memory follows the tag's policy, also when dormant_set_policy() changes it
+ * later; an allocation with a policy of its own keeps it whatever the tag's
+ * becomes). Small allocations share slabs only with allocations of the same
+ * tag, device and asked-for policy. Returns -EINVAL for another policy, and
+ * the errors of dormant_alloc_on().
+ */
+DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *tag, int policy,
+					size_t size, int device, void **ret_ptr);
 
 /*
  * Free an allocation in any state, asleep too (its host copy is dropped).
@@ -377,7 +397,8 @@ DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id);
 /*
  * Entry points for torch.cuda.memory.CUDAPluggableAllocator. They allocate on
  * the manager set with dormant_torch_set_manager(), under the calling
- * thread's tag (dormant_set_thread_tag(); "default" if none). On failure the
+ * thread's tag (dormant_set_thread_tag(); "default" if none) and with the
+ * calling thread's policy (dormant_set_thread_policy()). On failure the
  * malloc returns NULL (PyTorch raises out-of-memory) and the reason is in
  * dormant_last_error().
  */
@@ -393,6 +414,13 @@ DORMANT_EXPORT int dormant_set_thread_tag(const char *tag);
 
 /* Copy the calling thread's tag into buf (size >= DORMANT_TAG_MAX + 1). */
 DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size);
+
+/* Set the calling thread's policy for dormant_torch_malloc() allocations (see
+ * dormant_alloc_policy()): DORMANT_KEEP, DORMANT_DISCARD or DORMANT_POLICY_TAG
+ * (the default: follow the tag). -EINVAL otherwise, the policy unchanged. */
+DORMANT_EXPORT int dormant_set_thread_policy(int policy);
+/* The calling thread's policy for dormant_torch_malloc(). Never fails. */
+DORMANT_EXPORT int dormant_get_thread_policy(void);
 
 /* ---- Copies -------------------------------------------------------------- */
 

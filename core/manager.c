@@ -441,7 +441,7 @@ static int granularity_get(struct dormant *m, int device, size_t *ret)
 	return 0;
 }
 
-static int alloc_map(struct dormant *m, struct tag *tag, size_t size, int device,
+static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size, int device,
 		     struct alloc **ret)
 {
 	struct backend *b = m->backend;
@@ -469,6 +469,7 @@ static int alloc_map(struct dormant *m, struct tag *tag, size_t size, int device
 	a->size = size;
 	a->reserved = reserved;
 	a->device = device;
+	a->policy = policy;
 	a->tag = tag;
 	a->chunk_count = count;
 	for (size_t i = 0; i < count; i++) {
@@ -498,21 +499,24 @@ err_free:
 	return r;
 }
 
-/* The size of a tag's next slab on a device: it grows with what the tag
- * already has there, so a few slabs hold many small allocations. */
-static size_t slab_next_size(struct dormant *m, struct tag *tag, int device, size_t size)
+/* The size of a tag's next slab on a device for a policy: it grows with what
+ * the tag already has there, so a few slabs hold many small allocations. */
+static size_t slab_next_size(struct dormant *m, struct tag *tag, int policy, int device,
+			     size_t size)
 {
 	size_t total = 0, next = SLAB_MIN_BYTES;
 
 	for (struct alloc *s = tag->slabs; s; s = s->slab_next)
-		if (s->device == device)
+		if (s->device == device && s->policy == policy)
 			total += s->reserved;
 	while (next < total && next < SLAB_MAX_BYTES)
 		next *= 2;
 	return MAX(next, round_up(size, m->granularity[device]));
 }
 
-static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int device,
+/* Slabs are keyed by (tag, device, asked-for policy): one slab's chunks
+ * sleep one way. A slab of DORMANT_POLICY_TAG follows the tag's policy. */
+static int slab_alloc(struct dormant *m, struct tag *tag, int policy, size_t size, int device,
 		      struct alloc **ret)
 {
 	struct alloc *slab, *a;
@@ -523,16 +527,16 @@ static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int devic
 	if (!a)
 		return error_set(-ENOMEM, "out of host memory");
 	for (slab = tag->slabs; slab; slab = slab->slab_next) {
-		if (slab->device != device)
+		if (slab->device != device || slab->policy != policy)
 			continue;
 		r = slab_space_take(&slab->space, size, &offset);
 		if (r != -ENOSPC)
 			break;
 	}
 	if (r == -ENOSPC) {
-		size_t slab_size = slab_next_size(m, tag, device, size);
+		size_t slab_size = slab_next_size(m, tag, policy, device, size);
 
-		r = alloc_map(m, tag, slab_size, device, &slab);
+		r = alloc_map(m, tag, policy, slab_size, device, &slab);
 		if (r < 0)
 			goto err_free;
 		slab->is_slab = true;
@@ -549,6 +553,7 @@ static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int devic
 	a->ptr = (char *)slab->ptr + offset;
 	a->size = size;
 	a->device = device;
+	a->policy = policy;
 	a->tag = tag;
 	a->slab = slab;
 	*ret = a;
@@ -559,8 +564,13 @@ err_free:
 	return r;
 }
 
-DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t size, int device,
-				    void **ret_ptr)
+static bool alloc_policy_valid(int policy)
+{
+	return policy == DORMANT_KEEP || policy == DORMANT_DISCARD || policy == DORMANT_POLICY_TAG;
+}
+
+DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int policy,
+					size_t size, int device, void **ret_ptr)
 {
 	struct tag *tag;
 	struct alloc *a = NULL;
@@ -573,6 +583,11 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 		return r;
 	if (size == 0)
 		return error_set(-EINVAL, "cannot allocate 0 bytes");
+	if (!alloc_policy_valid(policy))
+		return error_set(-EINVAL,
+				 "an allocation's policy must be keep (%d), discard (%d) or the "
+				 "tag's (%d), not %d",
+				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_POLICY_TAG, policy);
 	if (device < 0 || device >= m->backend->ops->device_count(m->backend))
 		return error_set(-ENODEV, "no device %d", device);
 
@@ -587,8 +602,8 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 	}
 	r = granularity_get(m, device, &(size_t){ 0 });
 	if (r == 0)
-		r = size <= SLAB_ALLOC_MAX ? slab_alloc(m, tag, size, device, &a)
-					   : alloc_map(m, tag, size, device, &a);
+		r = size <= SLAB_ALLOC_MAX ? slab_alloc(m, tag, policy, size, device, &a)
+					   : alloc_map(m, tag, policy, size, device, &a);
 	if (r < 0) {
 		error_prefix(r, "allocating %zu bytes under tag '%s' on device %d", size, name,
 			     device);
@@ -607,6 +622,12 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 out:
 	pthread_mutex_unlock(&m->lock);
 	return r;
+}
+
+DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t size, int device,
+				    void **ret_ptr)
+{
+	return dormant_alloc_policy(m, tag, DORMANT_POLICY_TAG, size, device, ret_ptr);
 }
 
 DORMANT_EXPORT int dormant_alloc(struct dormant *m, const char *tag, size_t size, void **ret_ptr)

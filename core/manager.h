@@ -41,6 +41,10 @@ struct alloc {
 	size_t size;
 	size_t reserved;           /* address space of its own (0 for a sub-allocation) */
 	int device;
+	/* As asked for: DORMANT_KEEP, DORMANT_DISCARD, or DORMANT_POLICY_TAG
+	 * (follows the tag, whatever its policy is at the next sleep). A slab
+	 * and its sub-allocations share it: slabs never mix policies. */
+	int policy;
 	struct tag *tag;
 	struct alloc *prev, *next; /* in tag->allocs: owners of chunks */
 	struct alloc *slab;        /* sub-allocation: the slab it lives in */
@@ -108,6 +112,13 @@ struct dormant {
 	struct dormant_transition_stats last_sleep, last_wake;
 	struct dormant_histogram sleep_seconds, wake_seconds;
 };
+
+/* The policy an allocation's memory sleeps and wakes with now. Call with
+ * m->lock, or while its tag is in a transition (no policy changes then). */
+static inline enum dormant_policy alloc_policy(const struct alloc *a)
+{
+	return a->policy == DORMANT_POLICY_TAG ? a->tag->policy : (enum dormant_policy)a->policy;
+}
 
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */
 struct tag *tag_find(struct dormant *m, const char *name);

@@ -24,7 +24,7 @@ static void account_host(struct tag *tag, int64_t delta)
 
 static bool is_keep(const struct xfer_item *it)
 {
-	return it->tag->policy == DORMANT_KEEP;
+	return it->policy == DORMANT_KEEP;
 }
 
 /* ---- per-device resources ------------------------------------------------ */

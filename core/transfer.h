@@ -66,6 +66,7 @@ struct xfer_item {
 	struct alloc *alloc;
 	struct chunk *chunk;
 	struct tag *tag;
+	enum dormant_policy policy; /* its allocation's, fixed when collected */
 	struct dormant_tag_change *change;
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
 };

@@ -122,7 +122,8 @@ static int collect_items(struct transition *t)
 				if (chunk->mapped != t->sleep)
 					continue;
 				t->items[t->item_count++] = (struct xfer_item){
-					.alloc = a, .chunk = chunk, .tag = tag, .change = change,
+					.alloc = a, .chunk = chunk, .tag = tag,
+					.policy = alloc_policy(a), .change = change,
 				};
 			}
 		}
