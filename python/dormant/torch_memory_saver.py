@@ -219,17 +219,16 @@ class TorchMemorySaver:
                            "share it, as graphs sharing a pool do)")
             device = torch.cuda.current_device()
             pool = glue.policy_pool(tag, policy, device, "graph").id
-        with torch.cuda.graph(cuda_graph, pool=pool, stream=stream,
-                              capture_error_mode=capture_error_mode):
-            # Only the thread's tag and policy: the capture itself routes the
-            # allocations to the graph's pool.
-            with glue.route(tag, policy, plain=plain, routed=False):
-                yield
+        # An enclosing region's routing is suspended first (PyTorch would
+        # route to the routing begun first); inside, only the thread's tag and
+        # policy are set: the capture routes its allocations to its pool.
+        with glue.route(None, None):
+            with torch.cuda.graph(cuda_graph, pool=pool, stream=stream,
+                                  capture_error_mode=capture_error_mode):
+                with glue.route(tag, policy, plain=plain, routed=False):
+                    yield
 
     # ---- pause and resume -----------------------------------------------------
-
-    def _known_tags(self):
-        return {t["tag"] for t in self._manager().stats()["tags"]}
 
     def _transition(self, action, tag):
         self._ensure_initialized()
@@ -237,12 +236,10 @@ class TorchMemorySaver:
         if tag is None:
             return getattr(m, action)(None)
         _check_tag_type(tag)
-        if tag not in self._known_tags():
-            return None  # a tag never used: nothing to do, as torch_memory_saver
         try:
             return getattr(m, action)([tag])
         except UnknownTagError:
-            return None
+            return None  # a tag never used: nothing to do, as torch_memory_saver
 
     def pause(self, tag=None):
         """Give back the device memory of tag (None: every tag), copying what

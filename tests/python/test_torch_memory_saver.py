@@ -45,9 +45,9 @@ class FakeTorchTMS(FakeTorch):
         @contextlib.contextmanager
         def graph(cuda_graph, pool=None, stream=None, capture_error_mode="global"):
             target = fake.pools_by_id[pool]
-            fake.captures.append((cuda_graph, pool, capture_error_mode))
             routes = fake._routes()
-            routes.insert(0, target)   # the capture wins over any routing
+            fake.captures.append((cuda_graph, pool, capture_error_mode, list(routes)))
+            routes.append(target)      # as PyTorch: the routing begun first wins
             try:
                 yield
             finally:
@@ -211,11 +211,13 @@ def test_cuda_graph_memory_under_its_tag_released_on_pause(env):
     fake, mgr, tms = env
     g = fake.cuda.CUDAGraph()
     with tms.region("weights", enable_cpu_backup=True):   # capture may sit in a region
+        fake.alloc(MiB)
         with tms.cuda_graph(g, tag="graph"):
             pool, ptr = fake.alloc(4 * MiB)
             assert thread_tag(mgr) == "graph"
         assert thread_tag(mgr) == "weights"
     assert fake.captures[0][0] is g
+    assert fake.captures[0][3] == []   # the region's routing was suspended before the capture
     key = policy_pool_key(mgr, pool)
     assert key[0] == "graph" and key[3] == "graph" and fake.captures[0][1] == pool.id
     assert tags(mgr)["graph"]["bytes"] == 4 * MiB
