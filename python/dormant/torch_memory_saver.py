@@ -49,7 +49,7 @@ import warnings
 
 import dormant
 
-from .errors import BusyError, InvalidArgumentError, UnknownTagError, UnsupportedError
+from .errors import InvalidArgumentError, UnknownTagError, UnsupportedError
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 

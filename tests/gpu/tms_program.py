@@ -10,7 +10,6 @@ process of its own, started with the switch:
 It prints "NOTE ..." lines (numbers measured) and "OK SCENARIO" at the end;
 any failed check raises (exit status 1).
 """
-import os
 import pathlib
 import subprocess
 import sys

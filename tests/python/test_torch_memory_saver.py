@@ -5,11 +5,8 @@ allocations call the real dormant_torch_malloc() of a host-backend manager.
 What is checked is where the memory really lands and what comes back after a
 pause and a resume: the manager's statistics and the bytes themselves."""
 import contextlib
-import ctypes
 import importlib
-import json
 import os
-import pathlib
 import subprocess
 import sys
 import types
