@@ -70,7 +70,8 @@ def main(argv=None):
     try:
         env = environment(torch_memory_saver=tms, capture=capture)
     except ImportError as e:
-        print(f"dormant.run: --capture needs dormant.preload, which this dormant lacks ({e})",
+        print(f"dormant.run: --capture needs dormant.preload, which this dormant lacks ({e}); "
+              f"the dormant-run wrapper of the build (tools/dormant-run --capture) has it",
               file=sys.stderr)
         return 2
     if print_env:

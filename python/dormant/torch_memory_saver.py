@@ -81,17 +81,19 @@ def preload_active():
     """Whether dormant's whole-process capture (the LD_PRELOAD shim of
     cudaMalloc/cudaFree) runs in this process."""
     preload = _preload_module()
-    if preload is None:
-        return False
     active = getattr(preload, "active", None)
     if callable(active):
         return bool(active())
-    try:
-        name = os.path.basename(str(preload.library_path()))
-    except Exception:
-        return False
+    name = "libdormant-preload.so"
+    if preload is not None:
+        try:
+            name = os.path.basename(str(preload.library_path()))
+        except Exception:
+            pass
+    # What dormant-run --capture sets: the shim preloaded, capture switched on.
     entries = os.environ.get("LD_PRELOAD", "").replace(" ", ":").split(":")
-    return any(os.path.basename(e) == name for e in entries if e)
+    return (os.environ.get("DORMANT_PRELOAD") == "1" and
+            any(os.path.basename(e) == name for e in entries if e))
 
 
 def _check_tag_type(tag):

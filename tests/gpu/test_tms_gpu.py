@@ -3,10 +3,9 @@
 users have (tests/gpu/tms_program.py, a program written for
 torch_memory_saver) runs in a process of its own, started with the one switch
 (python3 -m dormant.run --torch-memory-saver), so that `import
-torch_memory_saver` in it gets dormant. Whole-process capture adds --capture
-(dormant.preload's LD_PRELOAD shim); it skips, saying why, where this dormant
-has no such shim."""
-import importlib.util
+torch_memory_saver` in it gets dormant. Whole-process capture runs under the
+build's `dormant-run --capture --torch-memory-saver` (the LD_PRELOAD shim of
+cudaMalloc/cudaFree); it skips, saying why, where the build has none."""
 import os
 import pathlib
 import subprocess
@@ -21,13 +20,24 @@ PYTHON_DIR = HERE.parents[1] / "python"
 PROGRAM = HERE / "tms_program.py"
 
 
+def capture_wrapper():
+    """The build's dormant-run (beside the libdormant under test), which
+    starts a program under whole-process capture; None when there is none."""
+    lib = os.environ.get("DORMANT_LIB")
+    if not lib:
+        return None
+    wrapper = pathlib.Path(lib).resolve().parent / "tools" / "dormant-run"
+    return wrapper if wrapper.exists() else None
+
+
 def run_program(scenario, note, capture=False, timeout=300):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(PYTHON_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    cmd = [sys.executable, "-m", "dormant.run", "--torch-memory-saver"]
     if capture:
-        cmd.append("--capture")
+        cmd = [str(capture_wrapper()), "--capture", "--torch-memory-saver"]
+    else:
+        cmd = [sys.executable, "-m", "dormant.run", "--torch-memory-saver"]
     cmd += ["--", sys.executable, str(PROGRAM), scenario]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     for line in r.stdout.splitlines():
@@ -79,7 +89,7 @@ def test_http_beside(note):
 
 def test_whole_process_capture(note):
     """tms: whole-process capture, an allocation outside every region released too"""
-    if importlib.util.find_spec("dormant.preload") is None:
-        pytest.skip("this dormant has no dormant.preload (the LD_PRELOAD shim of "
-                    "cudaMalloc/cudaFree); whole-process capture cannot run")
+    if capture_wrapper() is None:
+        pytest.skip("no tools/dormant-run beside $DORMANT_LIB (this build has no "
+                    "whole-process capture, the LD_PRELOAD shim of cudaMalloc/cudaFree)")
     run_program("whole_process", note, capture=True)
