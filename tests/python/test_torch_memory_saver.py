@@ -481,3 +481,16 @@ def test_run_refuses_bad_usage():
     assert r.returncode == 0
     line = next(x for x in r.stdout.splitlines() if x.startswith("PYTHONPATH="))
     assert line.split("=", 1)[1].split(os.pathsep)[0].endswith("_shadow")
+
+
+def test_capture_is_detected_as_dormant_run_sets_it(monkeypatch):
+    module = importlib.import_module("dormant.torch_memory_saver")
+    monkeypatch.setitem(sys.modules, "dormant.preload", None)   # no Python side
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libasan.so /b/preload/libdormant-preload.so")
+    monkeypatch.setenv("DORMANT_PRELOAD", "1")
+    assert module.preload_active()
+    monkeypatch.setenv("DORMANT_PRELOAD", "0")                  # preloaded, switched off
+    assert not module.preload_active()
+    monkeypatch.setenv("DORMANT_PRELOAD", "1")
+    monkeypatch.setenv("LD_PRELOAD", "/b/libdormant-preloader.so")
+    assert not module.preload_active()
