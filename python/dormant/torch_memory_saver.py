@@ -137,6 +137,11 @@ class TorchMemorySaver:
                 mode = "torch"
             if os.environ.get("TMS_RETAIN_CPU_BACKUP") == "1":
                 self._set_retain(True)
+            backup = os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP")
+            if mode == "preload" and backup in ("0", "1"):
+                # torch_memory_saver's choice for memory outside every region
+                # (tag "default" under whole-process capture)
+                self._manager().set_policy(_TAG_DEFAULT, "keep" if backup == "1" else "discard")
             self._mode = mode
 
     def _manager(self):

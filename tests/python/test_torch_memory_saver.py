@@ -338,10 +338,12 @@ def test_preload_mode_sets_only_tag_and_policy(env, monkeypatch):
                         "preload_active", lambda: True)
     if not has_thread_policy(mgr):
         pytest.skip("libdormant has no dormant_set_thread_policy yet")
+    monkeypatch.setenv("TMS_INIT_ENABLE_CPU_BACKUP", "0")
     with tms.region("weights", enable_cpu_backup=True):
         pool, ptr = fake.alloc(MiB)
         assert thread_tag(mgr) == "weights"
     assert tms.hook_mode == "preload"
+    assert tags(mgr)["default"]["policy"] == "discard"   # memory outside regions: no backup
     assert ptr is None and pool.allocator is None
     assert policy_pool_key(mgr, pool) == ("weights", "keep", 0, "plain")
 
