@@ -3,8 +3,8 @@
 """The same torch_memory_saver program through the real torch_memory_saver and
 through dormant (dormant.torch_memory_saver under the switch), in one run.
 
-    python3 bench/tms_side_by_side.py --tms-src DIR [--weights-gib 8]
-        [--grads-gib 8] [--cycles 3] [--json FILE]
+    python3 bench/tms_side_by_side.py --tms-src DIR [--weights-gib 16]
+        [--grads-gib 16] [--cycles 3] [--json FILE]
 
 DIR holds torch_memory_saver's source built in place (TMS_CUDA_MAJOR=13
 python3 setup.py build_ext --inplace). The workload is miles's: bf16 weights
@@ -113,8 +113,8 @@ def summarize(row):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tms-src", required=True, help="torch_memory_saver built in place")
-    ap.add_argument("--weights-gib", type=float, default=8)
-    ap.add_argument("--grads-gib", type=float, default=8)
+    ap.add_argument("--weights-gib", type=float, default=16)
+    ap.add_argument("--grads-gib", type=float, default=16)
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--timeout-s", type=int, default=240, help="per program")
