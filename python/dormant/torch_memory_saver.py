@@ -205,11 +205,14 @@ class TorchMemorySaver:
                 yield
 
     @contextlib.contextmanager
-    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode="global",
+    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode=None,
                    tag=_TAG_DEFAULT, enable_cpu_backup=False, cpu_backup_backend=None):
         """torch.cuda.graph(cuda_graph, ...) whose private memory pool lives
         in dormant memory under tag: given back on pause, back on resume
-        (zero-filled without backup; a replay rewrites what it uses)."""
+        (zero-filled without backup; a replay rewrites what it uses).
+        capture_error_mode left out: "relaxed" in hook mode "torch" (the
+        graph's pool maps device memory with the driver's VMM calls while
+        the stream captures), else PyTorch's "global"."""
         import torch
         _check_tag_type(tag)
         policy = self._policy(enable_cpu_backup, False, cpu_backup_backend)
@@ -226,6 +229,8 @@ class TorchMemorySaver:
                            "share it, as graphs sharing a pool do)")
             device = torch.cuda.current_device()
             pool = glue.policy_pool(tag, policy, device, "graph").id
+        if capture_error_mode is None:
+            capture_error_mode = "global" if plain else "relaxed"
         # An enclosing region's routing is suspended first (PyTorch would
         # route to the routing begun first); inside, only the thread's tag and
         # policy are set: the capture routes its allocations to its pool.

@@ -215,6 +215,7 @@ def test_cuda_graph_memory_under_its_tag_released_on_pause(env):
         assert thread_tag(mgr) == "weights"
     assert fake.captures[0][0] is g
     assert fake.captures[0][3] == []   # the region's routing was suspended before the capture
+    assert fake.captures[0][2] == "relaxed"
     key = policy_pool_key(mgr, pool)
     assert key[0] == "graph" and key[3] == "graph" and fake.captures[0][1] == pool.id
     assert tags(mgr)["graph"]["bytes"] == 4 * MiB
