@@ -422,6 +422,23 @@ DORMANT_EXPORT int dormant_set_thread_policy(int policy);
 /* The calling thread's policy for dormant_torch_malloc(). Never fails. */
 DORMANT_EXPORT int dormant_get_thread_policy(void);
 
+/* ---- Whole-process capture (preload/dormant-preload.h) -------------------- */
+
+/*
+ * The manager set with dormant_torch_set_manager(), or NULL. Not owned by the
+ * caller. Under whole-process capture it is the shim's process manager, which
+ * the Python package attaches to instead of creating a second one.
+ */
+DORMANT_EXPORT struct dormant *dormant_torch_get_manager(void);
+
+/*
+ * Whether ptr is the start of an allocation of m, in any state (asleep too).
+ * False for NULL arguments. Never fails, never sets dormant_last_error(). The
+ * capture shim asks this before freeing, to send other pointers to the CUDA
+ * runtime without waiting for the device.
+ */
+DORMANT_EXPORT bool dormant_owns(struct dormant *m, const void *ptr);
+
 /* ---- Copies -------------------------------------------------------------- */
 
 /*
