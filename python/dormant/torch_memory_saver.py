@@ -310,6 +310,8 @@ class TorchMemorySaver:
             default = dormant._default
             exists = default is not None and not default.closed
             options = dict(dormant._default_options)
+        if not exists and preload_active():
+            default, exists = self._manager(), True   # the capture's: options from the environment
         if not exists:
             options["host_mode"] = mode
             dormant.configure(**options)

@@ -488,7 +488,9 @@ def test_run_refuses_bad_usage():
 
 def test_capture_is_detected_as_dormant_run_sets_it(monkeypatch):
     module = importlib.import_module("dormant.torch_memory_saver")
-    monkeypatch.setitem(sys.modules, "dormant.preload", None)   # no Python side
+    bare = types.ModuleType("dormant.preload")                  # no active(), no library_path()
+    monkeypatch.setitem(sys.modules, "dormant.preload", bare)
+    monkeypatch.setattr(dormant, "preload", bare, raising=False)
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libasan.so /b/preload/libdormant-preload.so")
     monkeypatch.setenv("DORMANT_PRELOAD", "1")
     assert module.preload_active()
