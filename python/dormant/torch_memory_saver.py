@@ -131,7 +131,7 @@ class TorchMemorySaver:
             elif mode == "preload" and not active:
                 _warn_once("preload-inactive",
                            "hook_mode='preload' asked for, but dormant's whole-process capture "
-                           "is not active in this process (start it with dormant.run --capture); "
+                           "is not active in this process (start it with dormant-run --capture); "
                            "using hook_mode='torch': region() memory is managed, memory "
                            "allocated outside every region is not")
                 mode = "torch"

@@ -47,7 +47,8 @@ def random_bits(n, dtype, seed):
     """n elements of dtype with random bit patterns (NaNs and infinities too)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     size = torch.empty(0, dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (n * size,), dtype=torch.uint8, device="cuda", generator=g)
+    raw = torch.empty(n * size, dtype=torch.uint8, device="cuda")
+    raw.random_(0, 256, generator=g)     # in place: no temporary in the region's pool
     return raw.view(dtype)
 
 
