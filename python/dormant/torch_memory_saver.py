@@ -356,11 +356,14 @@ def configure_subprocess():
     before = dict(os.environ)
     env = preload.environment(dict(os.environ))
     changed = {k: v for k, v in env.items() if before.get(k) != v}
+    removed = [k for k in before if k not in env]   # e.g. the parent's own server address
     os.environ.update(changed)
+    for key in removed:
+        os.environ.pop(key, None)
     try:
         yield
     finally:
-        for key in changed:
+        for key in list(changed) + removed:
             if key in before:
                 os.environ[key] = before[key]
             else:

@@ -403,16 +403,23 @@ def test_expandable_segments_refused(env, monkeypatch):
 def test_configure_subprocess_uses_dormant_preload(monkeypatch):
     module = importlib.import_module("dormant.torch_memory_saver")
     fake_preload = types.ModuleType("dormant.preload")
-    fake_preload.environment = lambda env=None: {**env, "LD_PRELOAD": "/x/libdormant-preload.so",
-                                                 "DORMANT_CAPTURE": "1"}
+    def environment(env=None):
+        out = {**env, "LD_PRELOAD": "/x/libdormant-preload.so", "DORMANT_CAPTURE": "1"}
+        out.pop("DORMANT_LISTEN", None)          # a child gets no server of its own
+        return out
+
+    fake_preload.environment = environment
     monkeypatch.setitem(sys.modules, "dormant.preload", fake_preload)
     monkeypatch.setattr(dormant, "preload", fake_preload, raising=False)
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.setenv("DORMANT_CAPTURE", "0")
+    monkeypatch.setenv("DORMANT_LISTEN", "127.0.0.1:8787")
     with module.configure_subprocess():
         assert os.environ["LD_PRELOAD"] == "/x/libdormant-preload.so"
         assert os.environ["DORMANT_CAPTURE"] == "1"
+        assert "DORMANT_LISTEN" not in os.environ
     assert "LD_PRELOAD" not in os.environ and os.environ["DORMANT_CAPTURE"] == "0"
+    assert os.environ["DORMANT_LISTEN"] == "127.0.0.1:8787"
 
 
 # ---- the switch ------------------------------------------------------------------
