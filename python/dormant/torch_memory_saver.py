@@ -36,8 +36,11 @@ How the calls map:
     for dormant's LD_PRELOAD capture of cudaMalloc (dormant.preload), which
     also captures memory outside every region under tag "default". Left
     unset, "preload" when that capture is active, else "torch".
-What it cannot honour it says once per process (a RuntimeWarning): see
-_UNSUPPORTED below.
+What it cannot honour it says once per process (a RuntimeWarning): disk
+backup (kept in host memory instead), cpu_backup_backend="mmap",
+memory_margin_bytes, retain_cpu_backup after the manager exists, a
+cuda_graph pool handle, disable() under capture; get_cpu_backup() raises
+UnsupportedError. docs/migrating.md has the whole table.
 
 Importing this module does not import torch (region() and cuda_graph() do).
 """
