@@ -9,6 +9,7 @@
  * system at once. Copies are memcpy, executed when issued.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,12 +28,21 @@ struct host_handle {
 	size_t size;
 };
 
+struct pinned_range {
+	uintptr_t start, end;
+};
+
 struct host_backend {
 	struct backend base;
 	int devices;
 	uint64_t capacity;
 	_Atomic uint64_t used[DORMANT_DEVICES_MAX];
 	_Atomic bool active[DORMANT_DEVICES_MAX];
+	/* Pinned host ranges, as the driver would know them: a copy must not
+	 * span two of them (cuMemcpy cannot), which the copies check. */
+	pthread_mutex_t pin_lock;
+	struct pinned_range *pinned;
+	size_t pinned_count, pinned_capacity;
 };
 
 static struct host_backend *host(struct backend *b)
@@ -50,6 +60,8 @@ static int check_device(struct backend *b, int device)
 
 static void host_destroy(struct backend *b)
 {
+	pthread_mutex_destroy(&host(b)->pin_lock);
+	free(host(b)->pinned);
 	free(b);
 }
 
@@ -177,17 +189,58 @@ static int host_mem_unmap(struct backend *b, int device, uintptr_t va, size_t si
 
 static int host_host_pin(struct backend *b, void *ptr, size_t size)
 {
-	(void)b;
-	(void)ptr;
-	(void)size;
-	return 0;
+	struct host_backend *h = host(b);
+	int r = 0;
+
+	pthread_mutex_lock(&h->pin_lock);
+	if (h->pinned_count == h->pinned_capacity) {
+		size_t capacity = h->pinned_capacity ? h->pinned_capacity * 2 : 64;
+		struct pinned_range *grown = realloc(h->pinned, capacity * sizeof(*grown));
+
+		if (!grown)
+			r = error_set(-ENOMEM, "out of host memory");
+		else {
+			h->pinned = grown;
+			h->pinned_capacity = capacity;
+		}
+	}
+	if (r == 0)
+		h->pinned[h->pinned_count++] = (struct pinned_range){
+			.start = (uintptr_t)ptr, .end = (uintptr_t)ptr + size };
+	pthread_mutex_unlock(&h->pin_lock);
+	return r;
 }
 
 static int host_host_unpin(struct backend *b, void *ptr)
 {
-	(void)b;
-	(void)ptr;
+	struct host_backend *h = host(b);
+
+	pthread_mutex_lock(&h->pin_lock);
+	for (size_t i = 0; i < h->pinned_count; i++)
+		if (h->pinned[i].start == (uintptr_t)ptr) {
+			h->pinned[i] = h->pinned[--h->pinned_count];
+			break;
+		}
+	pthread_mutex_unlock(&h->pin_lock);
 	return 0;
+}
+
+/* A copy from or to pinned memory stays inside one pinned range. */
+static int check_pinned_span(struct backend *b, const void *ptr, size_t size)
+{
+	struct host_backend *h = host(b);
+	uintptr_t p = (uintptr_t)ptr;
+	int r = 0;
+
+	pthread_mutex_lock(&h->pin_lock);
+	for (size_t i = 0; i < h->pinned_count; i++)
+		if (p >= h->pinned[i].start && p < h->pinned[i].end && p + size > h->pinned[i].end)
+			r = error_set(-EINVAL,
+				      "a copy of %zu bytes at %p spans two pinned ranges "
+				      "(one cuMemcpy cannot)",
+				      size, ptr);
+	pthread_mutex_unlock(&h->pin_lock);
+	return r;
 }
 
 /* Work runs when issued, so streams and events carry no state; they still
@@ -233,9 +286,12 @@ static int host_event_wait(struct backend *b, int device, void *event)
 static int host_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
 			     void *stream)
 {
-	(void)b;
+	int r = check_pinned_span(b, dst, size);
+
 	(void)device;
 	(void)stream;
+	if (r < 0)
+		return r;
 	memcpy(dst, (const void *)src, size);
 	return 0;
 }
@@ -243,9 +299,12 @@ static int host_copy_to_host(struct backend *b, int device, void *dst, uintptr_t
 static int host_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
 			       size_t size, void *stream)
 {
-	(void)b;
+	int r = check_pinned_span(b, src, size);
+
 	(void)device;
 	(void)stream;
+	if (r < 0)
+		return r;
 	memcpy((void *)dst, src, size);
 	return 0;
 }
@@ -340,6 +399,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->base.log = config->log;
 	h->devices = devices;
 	h->capacity = capacity;
+	pthread_mutex_init(&h->pin_lock, NULL);
 	atomic_store(&h->active[0], true);
 	*ret = &h->base;
 	return 0;

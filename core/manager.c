@@ -29,6 +29,8 @@ DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy)
 		return "keep";
 	case DORMANT_DISCARD:
 		return "discard";
+	case DORMANT_REBUILD:
+		return "rebuild";
 	}
 	return NULL;
 }
@@ -67,8 +69,11 @@ DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_polic
 		*ret = DORMANT_KEEP;
 	else if (name && strcmp(name, "discard") == 0)
 		*ret = DORMANT_DISCARD;
+	else if (name && strcmp(name, "rebuild") == 0)
+		*ret = DORMANT_REBUILD;
 	else
-		return error_set(-EINVAL, "policy must be \"keep\" or \"discard\", not \"%s\"",
+		return error_set(-EINVAL,
+				 "policy must be \"keep\", \"discard\" or \"rebuild\", not \"%s\"",
 				 name ? name : "(null)");
 	return 0;
 }
@@ -295,6 +300,27 @@ DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *name,
 	return r;
 }
 
+DORMANT_EXPORT int dormant_set_rebuild(struct dormant *m, const char *name, dormant_rebuild_fn fn,
+				       void *userdata)
+{
+	struct tag *tag;
+	int r;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	r = tag_name_check(name);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	r = tag_get(m, name, &tag);
+	if (r == 0) {
+		tag->rebuild_fn = fn;
+		tag->rebuild_userdata = fn ? userdata : NULL;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
 /* ---- allocations --------------------------------------------------------- */
 
 /* Index of the first allocation whose ptr is > p. */
@@ -387,8 +413,11 @@ static void owner_unlink(struct alloc *a)
 
 void alloc_destroy(struct dormant *m, struct alloc *a)
 {
-	for (size_t i = 0; i < a->chunk_count; i++)
+	for (size_t i = 0; i < a->chunk_count; i++) {
 		engine_chunk_drop(&m->engine, a, &a->chunks[i]);
+		plan_finish(&a->chunks[i].plan);
+	}
+	marks_finish(&a->marks);
 	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0)
 		log_write(&m->log, DORMANT_LOG_WARNING, "freeing an address range: %s",
 			  dormant_last_error());
@@ -405,6 +434,27 @@ void chunk_update_data_bytes(struct alloc *a, struct chunk *c)
 	c->data_bytes = used > offset ? MIN(c->size, used - offset) : 0;
 }
 
+int chunk_plan(struct alloc *a, struct chunk *c)
+{
+	size_t offset = c->va - (uintptr_t)a->ptr;
+
+	chunk_update_data_bytes(a, c);
+	if (a->is_slab)
+		return plan_compute(&c->plan, offset, c->data_bytes, a->space.free,
+				    a->space.free_count, &a->marks);
+	return plan_compute(&c->plan, offset, c->data_bytes, NULL, 0, &a->marks);
+}
+
+void marks_drop_awake(struct dormant *m)
+{
+	for (size_t i = 0; i < m->tag_count; i++) {
+		if (m->tags[i]->state != DORMANT_AWAKE)
+			continue;
+		for (struct alloc *a = m->tags[i]->allocs; a; a = a->next)
+			marks_clear(&a->marks);
+	}
+}
+
 /* Give back what a user allocation holds (it is out of m->allocs already). */
 static void alloc_release(struct dormant *m, struct alloc *a)
 {
@@ -415,7 +465,11 @@ static void alloc_release(struct dormant *m, struct alloc *a)
 	if (a->slab) {
 		struct alloc *slab = a->slab;
 
-		slab_space_give(&slab->space, (uintptr_t)a->ptr - (uintptr_t)slab->ptr, a->size);
+		size_t offset = (uintptr_t)a->ptr - (uintptr_t)slab->ptr;
+
+		/* the range may be handed out again: its marks must not stay */
+		marks_remove(&slab->marks, offset, round_up(a->size, SLAB_ALIGN));
+		slab_space_give(&slab->space, offset, a->size);
 		free(a);
 		if (!slab_space_empty(&slab->space))
 			return;
@@ -660,6 +714,31 @@ DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr)
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_mark_unused(struct dormant *m, void *ptr, size_t size)
+{
+	struct alloc *a, *owner;
+	int r;
+
+	if (!m || !ptr)
+		return error_set(-EINVAL, "manager or ptr is NULL");
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, (uintptr_t)ptr, size);
+	if (!a || (size == 0 && (uintptr_t)ptr == (uintptr_t)a->ptr + a->size))
+		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
+			      ptr, size);
+	else if (a->tag->state != DORMANT_AWAKE)
+		r = error_set(-EBUSY, "tag '%s' is %s; marks are for the next sleep of an awake tag",
+			      a->tag->name, dormant_state_name(a->tag->state));
+	else {
+		owner = a->slab ? a->slab : a;
+		r = marks_add(&owner->marks, (uintptr_t)ptr - (uintptr_t)owner->ptr, size);
+		if (r < 0)
+			error_prefix(r, "marking %zu bytes at %p unused", size, ptr);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
 /* ---- copies -------------------------------------------------------------- */
 
 static int copy_sync(struct dormant *m, void *host, const void *device_ptr, size_t size,
@@ -677,7 +756,10 @@ static int copy_sync(struct dormant *m, void *host, const void *device_ptr, size
 	if (!a)
 		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
 			      device_ptr, size);
-	else if (a->tag->state != DORMANT_AWAKE)
+	else if (a->tag->state != DORMANT_AWAKE &&
+		 !(m->rebuilding && a->tag->state != DORMANT_ASLEEP))
+		/* rebuild callbacks copy into (and from) the tags of their
+		 * transition, which are mapped by then */
 		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
 			      dormant_state_name(a->tag->state));
 	else
@@ -752,6 +834,7 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->bytes_to_device_total = m->bytes_to_device_total;
 	ret->bytes_released_total = m->bytes_released_total;
 	ret->bytes_zeroed_total = m->bytes_zeroed_total;
+	ret->bytes_skipped_total = m->bytes_skipped_total;
 	ret->last_sleep = m->last_sleep;
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;

@@ -196,7 +196,7 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 
 struct flight {
 	struct xfer_item *item;
-	size_t offset, length;
+	size_t host_offset, length;
 	int slot;  /* staging slot, or -1 for a direct copy */
 	bool last; /* last piece of its chunk */
 };
@@ -231,7 +231,7 @@ static int complete_oldest(struct pipeline *p)
 	r = e->backend->ops->event_wait(e->backend, p->device, event);
 	if (f.slot >= 0) {
 		if (r == 0 && p->to_host)
-			workers_memcpy(e->workers, (char *)f.item->chunk->host.ptr + f.offset,
+			workers_memcpy(e->workers, (char *)f.item->chunk->host.ptr + f.host_offset,
 				       slot_ptr(p, f.slot), f.length);
 		p->slot_busy[f.slot] = false;
 	}
@@ -246,6 +246,8 @@ static int complete_oldest(struct pipeline *p)
 			return r;
 		it->change->bytes_released += it->chunk->size;
 		p->totals->released += it->chunk->size;
+		it->change->bytes_skipped += it->chunk->plan.skipped;
+		p->totals->skipped += it->chunk->plan.skipped;
 	}
 	return 0;
 }
@@ -289,12 +291,12 @@ static int free_slot(struct pipeline *p)
 }
 
 /* Queue one piece of an item's copy, direct or through a staging slot. */
-static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset, size_t length,
-		       bool last)
+static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
+		       size_t host_offset, size_t length, bool last)
 {
 	struct engine *e = p->e;
 	struct chunk *c = it->chunk;
-	char *host = (char *)c->host.ptr + offset;
+	char *host = (char *)c->host.ptr + host_offset;
 	uintptr_t dev = c->va + offset;
 	unsigned index;
 	int slot = -1, r;
@@ -329,27 +331,38 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset, 
 		return error_prefix(r, "copying %zu bytes %s device %d", length,
 				    p->to_host ? "from" : "to", p->device);
 	}
-	p->ring[index] = (struct flight){ .item = it, .offset = offset, .length = length,
-					  .slot = slot, .last = last };
+	p->ring[index] = (struct flight){ .item = it, .host_offset = host_offset,
+					  .length = length, .slot = slot, .last = last };
 	p->count++;
 	it->change->bytes_copied += length;
 	p->totals->copied += length;
 	return 0;
 }
 
-/* Queue a whole chunk, split where the host side requires. */
+/* Queue the runs of a chunk's plan (extent.h), each split where the host
+ * side requires: one copy never spans two pinned pieces of the packed host
+ * copy, nor more than a staging slot. */
 static int issue_chunk(struct pipeline *p, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
+	const struct copy_plan *plan = &c->plan;
 	size_t piece = c->host.pin_piece ? c->host.pin_piece : p->ed->slot_bytes;
 	int r;
 
-	for (size_t off = 0; off < c->data_bytes; off += piece) {
-		size_t len = MIN(piece, c->data_bytes - off);
+	for (size_t i = 0; i < plan->count; i++) {
+		const struct copy_run *run = &plan->runs[i];
 
-		r = issue_piece(p, it, off, len, off + len == c->data_bytes);
-		if (r < 0)
-			return r;
+		for (size_t done = 0; done < run->size;) {
+			size_t host = run->host_offset + done;
+			size_t len = MIN(run->size - done, c->host.pin_piece ? piece - host % piece
+									      : piece);
+
+			done += len;
+			r = issue_piece(p, it, run->offset + done - len, host, len,
+					i + 1 == plan->count && done == run->size);
+			if (r < 0)
+				return r;
+		}
 	}
 	return 0;
 }
@@ -382,9 +395,15 @@ struct prep {
 	bool fault_running, pin_running;
 };
 
+/* A buffer of the plan's size: a kept one (retain mode) serves while it is
+ * large enough and not much larger (host memory stays near the live bytes). */
 static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
 {
-	return !c->host.ptr || c->host.size < c->data_bytes || (e->pin_host && !c->host.pin_piece);
+	size_t want = round_up(c->plan.kept, 4096);
+
+	return !c->host.ptr || c->host.size < want ||
+	       c->host.size - want > MAX(c->host.size / 4, HOSTBUF_SLACK_BYTES) ||
+	       (e->pin_host && !c->host.pin_piece);
 }
 
 /* Stage one: a buffer of the right size, faulted in. */
@@ -399,7 +418,7 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 		hostbuf_free(e->backend, &c->host);
 		account_host(it->tag, -(int64_t)size);
 	}
-	r = hostbuf_alloc(e->backend, c->data_bytes, &c->host);
+	r = hostbuf_alloc(e->backend, c->plan.kept, &c->host);
 	if (r < 0)
 		return r;
 	account_host(it->tag, (int64_t)c->host.size);
@@ -489,7 +508,7 @@ static int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item 
 		struct xfer_item *it = &items[i];
 
 		if (it->alloc->device == d && is_keep(it) && it->chunk->mapped &&
-		    it->chunk->data_bytes && needs_host_buffer(e, it->chunk))
+		    it->chunk->plan.kept && needs_host_buffer(e, it->chunk))
 			p->queue[p->count++] = it;
 	}
 	if (!p->count)
@@ -552,14 +571,16 @@ static void prep_finish(struct prep *p)
 
 /* ---- sleep --------------------------------------------------------------- */
 
-static int release_discards(struct engine *e, int d, struct xfer_item *items, size_t count,
-			    struct xfer_totals *t)
+/* Release the mapped chunks of one policy on device d (-1: every device). */
+static int release_policy(struct engine *e, int d, enum dormant_policy policy,
+			  struct xfer_item *items, size_t count, struct xfer_totals *t)
 {
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 		int r;
 
-		if (it->alloc->device != d || is_keep(it) || !it->chunk->mapped)
+		if ((d >= 0 && it->alloc->device != d) || it->policy != policy ||
+		    !it->chunk->mapped)
 			continue;
 		r = chunk_release(e, it->alloc, it->chunk);
 		if (r < 0)
@@ -600,13 +621,15 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 
 		if (it->alloc->device != d || !is_keep(it) || !c->mapped)
 			continue;
-		if (c->data_bytes == 0) {
-			/* a slab's free tail: nothing to keep */
+		if (c->plan.kept == 0) {
+			/* a slab's free tail, or all marked unused: nothing to keep */
 			r = chunk_release(e, it->alloc, c);
 			if (r < 0)
 				goto err;
 			it->change->bytes_released += c->size;
 			t->released += c->size;
+			it->change->bytes_skipped += c->plan.skipped;
+			t->skipped += c->plan.skipped;
 			continue;
 		}
 		r = prep_wait(&prep, it);
@@ -623,7 +646,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		/* The first copies are queued: release DISCARD memory while
 		 * they run. */
 		if (!discards_done) {
-			r = release_discards(e, d, items, count, t);
+			r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
 			if (r < 0)
 				goto err;
 			discards_done = true;
@@ -634,7 +657,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		goto err;
 	prep_finish(&prep);
 	if (!discards_done) {
-		r = release_discards(e, d, items, count, t);
+		r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
 		if (r < 0)
 			return r;
 	}
@@ -665,6 +688,10 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 		if (any)
 			r = sleep_device(e, d, items, count, t);
 	}
+	/* REBUILD memory goes last, once every copy is done: a sleep that
+	 * fails before rolls back with it intact, and nothing is lost. */
+	if (r == 0)
+		r = release_policy(e, -1, DORMANT_REBUILD, items, count, t);
 	if (r == 0)
 		return 0;
 
@@ -672,6 +699,8 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 	snprintf(message, sizeof(message), "%s", dormant_last_error());
 	log_write(&e->log, DORMANT_LOG_WARNING, "sleep failed, rolling back: %s", message);
 	rr = wake_items(e, items, count, &undo);
+	if (rr == 0)
+		engine_wake_commit(e, items, count);
 	if (rr < 0) {
 		t->rollback_failed = true;
 		log_write(&e->log, DORMANT_LOG_ERROR, "rollback failed: %s", dormant_last_error());
@@ -714,6 +743,29 @@ static void unmap_fresh(struct engine *e, struct xfer_item *items, size_t count,
 	}
 }
 
+struct gap_fill {
+	struct engine *e;
+	int device;
+	struct xfer_item *item;
+	struct xfer_totals *totals;
+};
+
+/* Zero-fill a range of a chunk that its host copy does not hold. */
+static int zero_gap(void *ctx, size_t offset, size_t size)
+{
+	struct gap_fill *g = ctx;
+	struct engine_device *ed = &g->e->devices[g->device];
+	int r;
+
+	r = g->e->backend->ops->zero(g->e->backend, g->device, g->item->chunk->va + offset, size,
+				     ed->zero_stream);
+	if (r < 0)
+		return error_prefix(r, "zero-filling %zu bytes on device %d", size, g->device);
+	g->item->change->bytes_zeroed += size;
+	g->totals->zeroed += size;
+	return 0;
+}
+
 static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
 			  struct xfer_totals *t)
 {
@@ -728,8 +780,15 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 
 		if (it->alloc->device != d || !it->mapped_here)
 			continue;
-		if (is_keep(it) && c->host_valid)
+		if (is_keep(it) && c->host_valid) {
+			/* what the host copy does not hold: marked, holes */
+			struct gap_fill g = { .e = e, .device = d, .item = it, .totals = t };
+
+			r = plan_for_each_gap(&c->plan, zero_gap, &g);
+			if (r < 0)
+				return r;
 			continue;
+		}
 		/* DISCARD memory, and KEEP memory that never had a copy. */
 		r = ops->zero(e->backend, d, c->va, c->size, ed->zero_stream);
 		if (r < 0)
@@ -811,18 +870,6 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 			goto err;
 	}
 	t->copy_s += now_monotonic_s() - start;
-
-	/* The data is on the device: host copies are no longer needed. */
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-		struct chunk *c = it->chunk;
-
-		if (!it->mapped_here)
-			continue;
-		c->host_valid = false;
-		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-			host_release(e, it->tag, c);
-	}
 	return 0;
 
 err:
@@ -834,4 +881,25 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 {
 	memset(t, 0, sizeof(*t));
 	return wake_items(e, items, count, t);
+}
+
+void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
+{
+	/* The data is on the device: host copies are no longer needed. */
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (!it->mapped_here)
+			continue;
+		c->host_valid = false;
+		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
+			host_release(e, it->tag, c);
+	}
+}
+
+void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t)
+{
+	unmap_fresh(e, items, count, t);
 }

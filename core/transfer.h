@@ -72,7 +72,7 @@ struct xfer_item {
 };
 
 struct xfer_totals {
-	uint64_t copied, released, mapped, zeroed;
+	uint64_t copied, released, mapped, zeroed, skipped;
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
@@ -84,8 +84,15 @@ void engine_finish(struct engine *e);
 
 /* items: every mapped chunk of the tags going to sleep. */
 int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
-/* items: every unmapped chunk of the tags waking. */
+/* items: every unmapped chunk of the tags waking. Maps, zero-fills and
+ * restores them all; on failure gives back what it mapped. The host copies
+ * stay until engine_wake_commit() (the wake is done) or engine_wake_undo()
+ * (a rebuild callback failed: give back what engine_wake() mapped, the host
+ * copies intact for a retry). */
 int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
+void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
+void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t);
 
 /* Give back a chunk's memory, with accounting: used by free and destroy. */
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c);

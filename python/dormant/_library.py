@@ -29,7 +29,7 @@ c_int, c_uint, c_size_t, c_bool = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, 
 c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64
 
 # enum dormant_policy / dormant_host_mode / dormant_hook_point / dormant_fault_op
-POLICIES = {"keep": 0, "discard": 1}
+POLICIES = {"keep": 0, "discard": 1, "rebuild": 2}
 POLICY_TAG = -1  # DORMANT_POLICY_TAG: an allocation that follows its tag's policy
 HOST_MODES = {None: 0, "retain": 1, "release": 2}
 HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3}

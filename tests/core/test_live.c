@@ -323,3 +323,545 @@ Test(policy, torch_allocations_take_the_thread_policy)
 	dormant_torch_set_manager(NULL);
 	dormant_destroy(m);
 }
+
+/* ---- ranges marked unused ------------------------------------------------ */
+
+static void mark(struct dormant *m, void *base, size_t offset, size_t size)
+{
+	int r = dormant_mark_unused(m, (char *)base + offset, size);
+
+	cr_assert_eq(r, 0, "mark [%zu, +%zu): %s", offset, size, dormant_last_error());
+}
+
+struct range {
+	size_t offset, size;
+};
+
+/* [0, size) of dev holds the pattern of seed outside the sorted ranges,
+ * zeros inside them. */
+static void expect_marked_zero(struct dormant *m, void *dev, size_t size, uint64_t seed,
+			       const struct range *marked, size_t count)
+{
+	size_t pos = 0;
+
+	for (size_t i = 0; i <= count; i++) {
+		size_t start = i < count ? marked[i].offset : size;
+
+		if (start > pos)
+			cr_expect(holds_at(m, dev, pos, start - pos, seed),
+				  "kept bytes [%zu, %zu) lost", pos, start);
+		if (i == count)
+			break;
+		cr_expect(holds_at(m, dev, marked[i].offset, marked[i].size, 0),
+			  "marked bytes [%zu, +%zu) not zero after wake", marked[i].offset,
+			  marked[i].size);
+		pos = marked[i].offset + marked[i].size;
+	}
+}
+
+/* A dedicated allocation of 11 chunks (4 MiB each, the last one 2 MiB):
+ * marks inside one chunk, across two chunk boundaries, one whole chunk, a
+ * single byte. */
+static void marks_in_a_dedicated_allocation(enum dormant_host_mode mode)
+{
+	static const struct range marked[] = {
+		{ 100, 4096 },                      /* inside chunk 0 */
+		{ 3 * MiB + 100, 6 * MiB - 95 },    /* chunk 0 to 2 */
+		{ 20 * MiB, 4 * MiB },              /* chunk 5, whole */
+		{ 30 * MiB + 1, 1 },                /* one byte */
+		{ 40 * MiB + 1, 4 },                /* the last chunk's data but one byte */
+	};
+	size_t size = 40 * MiB + 5, total = 0;
+	struct dormant *m = manager_with(mode, 4 * MiB);
+	void *w = alloc_as(m, "weights", DORMANT_POLICY_TAG, size);
+	struct dormant_report srep, wrep;
+	uint64_t host;
+
+	fill(m, w, size, 41);
+	for (size_t i = 0; i < sizeof(marked) / sizeof(marked[0]); i++) {
+		mark(m, w, marked[i].offset, marked[i].size);
+		total += marked[i].size;
+	}
+	/* marking again changes nothing */
+	mark(m, w, marked[1].offset + 10, 20);
+	cr_assert_eq(dormant_sleep(m, NULL, &srep), 0, "%s", srep.error);
+	cr_expect_eq(srep.bytes_skipped, total, "skipped %llu, marked %zu",
+		     (unsigned long long)srep.bytes_skipped, total);
+	cr_expect_eq(change_of(&srep, "weights")->bytes_skipped, total);
+	cr_expect_eq(srep.bytes_copied, size - total, "copied %llu",
+		     (unsigned long long)srep.bytes_copied);
+	cr_expect_eq(srep.bytes_released, 42 * MiB);
+	host = tag_stats(stats(m), "weights")->host_bytes;
+	/* exact-size host copies: the kept bytes, page-rounded per chunk */
+	cr_expect(host >= size - total && host <= size - total + 11 * 4096,
+		  "host bytes %llu for %zu kept", (unsigned long long)host, size - total);
+	cr_expect_eq(stats(m)->last_sleep.bytes_skipped, total);
+	cr_expect_eq(stats(m)->bytes_skipped_total, total);
+	cr_assert_eq(dormant_wake(m, NULL, &wrep), 0, "%s", wrep.error);
+	cr_expect_eq(wrep.bytes_copied, size - total);
+	cr_expect_eq(wrep.bytes_zeroed, total, "the wake zero-fills what was skipped");
+	cr_expect_eq(wrep.bytes_skipped, 0);
+	expect_marked_zero(m, w, size, 41, marked, sizeof(marked) / sizeof(marked[0]));
+	if (mode == DORMANT_HOST_RELEASE)
+		cr_expect_eq(host_bytes_settled(m, 0), 0);
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+Test(marks, dedicated_allocation_pinned, .init = pin_pieces_small)
+{
+	marks_in_a_dedicated_allocation(DORMANT_HOST_RELEASE);
+}
+
+Test(marks, dedicated_allocation_retain, .init = pin_pieces_small)
+{
+	marks_in_a_dedicated_allocation(DORMANT_HOST_RETAIN);
+}
+
+Test(marks, dedicated_allocation_unpinned, .init = unpinned)
+{
+	marks_in_a_dedicated_allocation(DORMANT_HOST_RELEASE);
+}
+
+static size_t slab_round(size_t size)
+{
+	return (size + 511) / 512 * 512;
+}
+
+/* Sub-allocations in slabs of several 2 MiB chunks: marks inside one, at odd
+ * offsets, across a chunk boundary, over a whole one; frees leave holes. */
+static void marks_in_slabs(enum dormant_host_mode mode)
+{
+	enum { N = 40 };
+	struct dormant *m = manager_with(mode, 2 * MiB);
+	size_t size = 700 * KiB + 3, live = 0, marked_total = 0, crossings = 0;
+	struct range marked[N][2];
+	size_t marks[N] = { 0 };
+	void *p[N];
+	struct dormant_report srep, wrep;
+
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_as(m, "opt", DORMANT_POLICY_TAG, size);
+		fill(m, p[i], size, 100 + i);
+	}
+	for (int i = 0; i < N; i++) {
+		uintptr_t start = (uintptr_t)p[i], end = start + size;
+		uintptr_t boundary = (end - 1) / (2 * MiB) * (2 * MiB);
+
+		if (i % 5 == 4) { /* a hole of its own */
+			cr_assert_eq(dormant_free(m, p[i]), 0);
+			p[i] = NULL;
+			continue;
+		}
+		live += slab_round(size);
+		if (boundary > start) {
+			/* across a chunk boundary */
+			marked[i][0] = (struct range){ boundary - start - 1000, 3001 };
+			crossings++;
+		} else if (i % 3 == 0) {
+			marked[i][0] = (struct range){ 0, size }; /* the whole of it */
+		} else {
+			marked[i][0] = (struct range){ 333, 70 * KiB + 1 };
+		}
+		marks[i] = 1;
+		if (i % 2 && marked[i][0].offset + marked[i][0].size + 200 * KiB < size) {
+			marked[i][1] = (struct range){ size - 100 * KiB - 7, 50 * KiB };
+			marks[i] = 2;
+		}
+		for (size_t k = 0; k < marks[i]; k++) {
+			mark(m, p[i], marked[i][k].offset, marked[i][k].size);
+			marked_total += marked[i][k].size;
+		}
+	}
+	cr_assert_gt(crossings, 3, "the test needs marks across chunk boundaries");
+	cr_assert_eq(dormant_sleep(m, NULL, &srep), 0, "%s", srep.error);
+	cr_expect_eq(srep.bytes_skipped, marked_total, "skipped %llu, marked %zu",
+		     (unsigned long long)srep.bytes_skipped, marked_total);
+	/* neither marked bytes nor the holes of freed ones are copied */
+	cr_expect_eq(srep.bytes_copied, live - marked_total, "copied %llu, want %zu",
+		     (unsigned long long)srep.bytes_copied, live - marked_total);
+	cr_assert_eq(dormant_wake(m, NULL, &wrep), 0, "%s", wrep.error);
+	for (int i = 0; i < N; i++)
+		if (p[i])
+			expect_marked_zero(m, p[i], size, 100 + i, marked[i], marks[i]);
+	/* the marks are gone: the next cycle copies everything live */
+	for (int i = 0; i < N; i++)
+		if (p[i])
+			fill(m, p[i], size, 200 + i);
+	cycle(m, &srep, NULL);
+	cr_expect_eq(srep.bytes_skipped, 0);
+	cr_expect_eq(srep.bytes_copied, live);
+	for (int i = 0; i < N; i++)
+		if (p[i])
+			cr_expect(holds(m, p[i], size, 200 + i), "allocation %d", i);
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+Test(marks, slabs_pinned, .init = pin_pieces_small)
+{
+	marks_in_slabs(DORMANT_HOST_RELEASE);
+}
+
+Test(marks, slabs_retain)
+{
+	marks_in_slabs(DORMANT_HOST_RETAIN);
+}
+
+Test(marks, slabs_unpinned, .init = unpinned)
+{
+	marks_in_slabs(DORMANT_HOST_RELEASE);
+}
+
+Test(marks, are_dropped_by_every_wake)
+{
+	struct dormant *m = manager();
+	size_t size = 6 * MiB;
+	void *a = alloc_as(m, "a", DORMANT_POLICY_TAG, size);
+	void *b = alloc_as(m, "b", DORMANT_POLICY_TAG, size);
+	const char *const only_b[] = { "b", NULL }, *const only_a[] = { "a", NULL };
+	struct dormant_report rep;
+
+	fill(m, a, size, 51);
+	fill(m, b, size, 52);
+	/* a wake that changes nothing drops them */
+	mark(m, a, 0, MiB);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, 0, "a no-op wake drops the marks");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds(m, a, size, 51));
+	/* so does a wake of another tag */
+	mark(m, a, 0, MiB);
+	cr_assert_eq(dormant_sleep(m, only_b, NULL), 0);
+	cr_assert_eq(dormant_wake(m, only_b, NULL), 0);
+	cr_assert_eq(dormant_sleep(m, only_a, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, 0, "waking b drops the marks of awake a");
+	cr_assert_eq(dormant_wake(m, only_a, NULL), 0);
+	cr_expect(holds(m, a, size, 51));
+	/* a sleep of another tag does not */
+	mark(m, a, 0, MiB);
+	cr_assert_eq(dormant_sleep(m, only_b, NULL), 0);
+	cr_assert_eq(dormant_sleep(m, only_a, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, MiB);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds_at(m, a, 0, MiB, 0));
+	cr_expect(holds_at(m, a, MiB, size - MiB, 51));
+	cr_expect(holds(m, b, size, 52));
+	/* and the cycle consumed them */
+	fill(m, a, size, 53);
+	cycle(m, &rep, NULL);
+	cr_expect_eq(rep.bytes_skipped, 0);
+	cr_expect(holds(m, a, size, 53));
+	dormant_destroy(m);
+}
+
+Test(marks, a_failed_sleep_keeps_them_for_its_retry, .init = pin_pieces_small)
+{
+	struct dormant *m = manager();
+	size_t size = 12 * MiB;
+	void *w = alloc_as(m, "w", DORMANT_POLICY_TAG, size);
+	static const struct range marked[] = { { 5 * MiB + 3, 2 * MiB } };
+	struct dormant_report rep;
+
+	fill(m, w, size, 61);
+	mark(m, w, marked[0].offset, marked[0].size);
+	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_COPY, 6, -EIO, false), 0);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), -EIO);
+	cr_expect(holds_at(m, w, 0, marked[0].offset, 61), "rolled back");
+	cr_expect(holds_at(m, w, 7 * MiB + 3, 5 * MiB - 3, 61), "rolled back");
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, marked[0].size, "the retry skips them too");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	expect_marked_zero(m, w, size, 61, marked, 1);
+	dormant_destroy(m);
+}
+
+Test(marks, a_free_drops_them)
+{
+	struct dormant *m = manager();
+	size_t size = 300 * KiB;
+	void *a = alloc_as(m, "t", DORMANT_POLICY_TAG, size), *b;
+	void *keep = alloc_as(m, "t", DORMANT_POLICY_TAG, size);
+
+	fill(m, keep, size, 71);
+	mark(m, a, 0, size);
+	cr_assert_eq(dormant_free(m, a), 0);
+	b = alloc_as(m, "t", DORMANT_POLICY_TAG, size);
+	cr_expect_eq(b, a, "first fit hands out the same range");
+	fill(m, b, size, 72);
+	cycle(m, NULL, NULL);
+	cr_expect(holds(m, b, size, 72), "a new allocation does not inherit old marks");
+	cr_expect(holds(m, keep, size, 71));
+	dormant_destroy(m);
+}
+
+Test(marks, only_keep_memory_has_bytes_to_skip)
+{
+	struct dormant *m = manager();
+	void *d = alloc_as(m, "t", DORMANT_DISCARD, 3 * MiB);
+	struct dormant_report rep;
+
+	mark(m, d, 0, MiB);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0);
+	cr_expect_eq(rep.bytes_skipped, 0);
+	cr_expect_eq(rep.bytes_copied, 0);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds(m, d, 3 * MiB, 0));
+	dormant_destroy(m);
+}
+
+Test(marks, host_memory_follows_the_kept_bytes_in_retain_mode)
+{
+	struct dormant *m = manager_with(DORMANT_HOST_RETAIN, 4 * MiB);
+	size_t size = 40 * MiB;
+	void *w = alloc_as(m, "w", DORMANT_POLICY_TAG, size);
+
+	fill(m, w, size, 81);
+	cycle(m, NULL, NULL);
+	cr_expect_eq(stats(m)->host_bytes, size, "retained whole");
+	for (size_t off = 0; off < size; off += 4 * MiB)
+		mark(m, w, off + MiB, 3 * MiB); /* three quarters of each chunk */
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_expect_eq(stats(m)->host_bytes, size / 4, "host copies shrink to the kept bytes");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	for (size_t off = 0; off < size; off += 4 * MiB) {
+		cr_expect(holds_at(m, w, off, MiB, 81));
+		cr_expect(holds_at(m, w, off + MiB, 3 * MiB, 0));
+	}
+	dormant_destroy(m);
+}
+
+Test(marks, bad_ranges_are_refused)
+{
+	struct dormant *m = manager();
+	void *a = alloc_as(m, "t", DORMANT_POLICY_TAG, 3 * MiB);
+	void *b = alloc_as(m, "t", DORMANT_POLICY_TAG, 40 * MiB);
+	char local[16];
+
+	cr_expect_eq(dormant_mark_unused(m, local, sizeof(local)), -EINVAL);
+	cr_expect_neq(dormant_last_error()[0], '\0');
+	cr_expect_eq(dormant_mark_unused(m, NULL, 1), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(NULL, a, 1), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, (char *)a + 1, 3 * MiB), -EINVAL, "past its end");
+	cr_expect_eq(dormant_mark_unused(m, (char *)b + 40 * MiB - 1, 2), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, (char *)b + 40 * MiB, 0), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, (char *)b + 5, SIZE_MAX), -EINVAL, "wraps");
+	/* a slab's space past its sub-allocations belongs to none */
+	cr_expect_eq(dormant_mark_unused(m, (char *)a + 3 * MiB, 512), -EINVAL);
+	cr_expect_eq(dormant_mark_unused(m, a, 0), 0, "an empty range inside is fine");
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_expect_eq(dormant_mark_unused(m, a, 1), -EBUSY, "asleep");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	dormant_destroy(m);
+}
+
+/* ---- the rebuild policy -------------------------------------------------- */
+
+/* "weights" (rebuild) is a copy of "master" (keep), as bf16 weights are of
+ * the fp32 master params; "grads" is discarded. */
+struct rebuild_scene {
+	struct dormant *m;
+	void *master, *weights, *grads, *own_keep;
+	size_t size;
+	int calls;        /* callback runs */
+	int fail_next;    /* the next callbacks return this (0: succeed) */
+	bool saw_zeros;   /* the weights were zero when it ran */
+	bool saw_master;  /* the master params were restored when it ran */
+	bool saw_own_keep; /* a keep allocation of the rebuild tag was restored */
+	int sleep_result, alloc_result;
+	char tag[DORMANT_TAG_MAX + 1];
+};
+
+static int rebuild_weights(struct dormant *m, const char *tag, void *userdata)
+{
+	struct rebuild_scene *s = userdata;
+	uint8_t *buf = malloc(s->size);
+	void *p = NULL;
+
+	cr_assert_not_null(buf);
+	s->calls++;
+	snprintf(s->tag, sizeof(s->tag), "%s", tag);
+	s->saw_zeros = holds(m, s->weights, s->size, 0);
+	s->saw_master = holds(m, s->master, s->size, 91);
+	s->saw_own_keep = !s->own_keep || holds(m, s->own_keep, MiB, 93);
+	s->sleep_result = dormant_sleep(m, NULL, NULL);
+	s->alloc_result = dormant_alloc(m, "weights", 4096, &p);
+	if (s->fail_next) {
+		free(buf);
+		return s->fail_next;
+	}
+	cr_assert_eq(dormant_copy_to_host(m, buf, s->master, s->size), 0, "%s",
+		     dormant_last_error());
+	cr_assert_eq(dormant_copy_to_device(m, s->weights, buf, s->size), 0, "%s",
+		     dormant_last_error());
+	free(buf);
+	return 0;
+}
+
+static void rebuild_scene_init(struct rebuild_scene *s, enum dormant_host_mode mode)
+{
+	memset(s, 0, sizeof(*s));
+	s->m = manager_with(mode, 4 * MiB);
+	s->size = 9 * MiB + 512;
+	cr_assert_eq(dormant_set_policy(s->m, "weights", DORMANT_REBUILD), 0);
+	cr_assert_eq(dormant_set_rebuild(s->m, "weights", rebuild_weights, s), 0);
+	cr_assert_eq(dormant_set_policy(s->m, "grads", DORMANT_DISCARD), 0);
+	s->master = alloc_as(s->m, "master", DORMANT_POLICY_TAG, s->size);
+	s->weights = alloc_as(s->m, "weights", DORMANT_POLICY_TAG, s->size);
+	s->grads = alloc_as(s->m, "grads", DORMANT_POLICY_TAG, 3 * MiB);
+	fill(s->m, s->master, s->size, 91);
+	fill(s->m, s->weights, s->size, 91);
+	fill(s->m, s->grads, 3 * MiB, 92);
+}
+
+static void rebuild_scene_expect_intact(struct rebuild_scene *s)
+{
+	cr_expect(holds(s->m, s->master, s->size, 91), "master params lost");
+	cr_expect(holds(s->m, s->weights, s->size, 91), "weights not rebuilt");
+	cr_expect(holds(s->m, s->grads, 3 * MiB, 0), "grads not zero");
+}
+
+Test(rebuild, runs_once_after_the_kept_tags_are_back)
+{
+	static const char *const weights_first[] = { "weights", "grads", "master", NULL };
+	struct rebuild_scene s;
+	struct dormant_report srep, wrep;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+	cr_assert_eq(dormant_sleep(s.m, NULL, &srep), 0, "%s", srep.error);
+	cr_expect_eq(change_of(&srep, "weights")->policy, DORMANT_REBUILD);
+	cr_expect_eq(change_of(&srep, "weights")->bytes_copied, 0, "no host copy");
+	cr_expect_eq(change_of(&srep, "weights")->bytes_released, 10 * MiB);
+	cr_expect_eq(tag_stats(stats(s.m), "weights")->host_bytes, 0);
+	cr_expect_eq(tag_stats(stats(s.m), "weights")->policy, DORMANT_REBUILD);
+	cr_expect_eq(s.calls, 0, "a sleep runs no callback");
+	/* named first: the callback still runs after master is restored */
+	cr_assert_eq(dormant_wake(s.m, weights_first, &wrep), 0, "%s", wrep.error);
+	cr_expect_eq(s.calls, 1);
+	cr_expect_str_eq(s.tag, "weights");
+	cr_expect(s.saw_zeros, "the rebuild tag is mapped and zero-filled for its callback");
+	cr_expect(s.saw_master, "the kept tags are restored before the callback");
+	cr_expect_eq(s.sleep_result, -EBUSY, "a callback cannot sleep");
+	cr_expect_eq(s.alloc_result, -EBUSY, "nor allocate under a waking tag");
+	cr_expect_eq(change_of(&wrep, "weights")->bytes_zeroed, 10 * MiB);
+	rebuild_scene_expect_intact(&s);
+	/* and again */
+	cycle(s.m, NULL, NULL);
+	cr_expect_eq(s.calls, 2);
+	rebuild_scene_expect_intact(&s);
+	cr_expect_eq(host_bytes_settled(s.m, 0), 0);
+	expect_no_device_leak(s.m);
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, a_failing_callback_fails_the_wake_and_the_retry_works)
+{
+	static const struct range marked[] = { { 2 * MiB + 5, 3 * MiB } };
+	struct rebuild_scene s;
+	struct dormant_report rep;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+	mark(s.m, s.master, marked[0].offset, marked[0].size);
+	cr_assert_eq(dormant_sleep(s.m, NULL, &rep), 0, "%s", rep.error);
+	s.fail_next = -5;
+	cr_assert_eq(dormant_wake(s.m, NULL, &rep), -ECANCELED);
+	cr_expect(strstr(rep.error, "weights"), "the message names the tag: %s", rep.error);
+	cr_expect_eq(s.calls, 1);
+	for (size_t i = 0; i < 3; i++)
+		cr_expect_eq(stats(s.m)->tags[i].state, DORMANT_ASLEEP, "tag %s",
+			     stats(s.m)->tags[i].tag);
+	cr_expect_eq(stats(s.m)->device_bytes, 0, "what the wake mapped is given back");
+	cr_expect(tag_stats(stats(s.m), "master")->host_bytes >= s.size - marked[0].size &&
+		  tag_stats(stats(s.m), "master")->host_bytes <= s.size - marked[0].size + 3 * 4096,
+		  "the kept tag's host copy stays");
+	cr_expect_eq(stats(s.m)->wakes_failed, 1);
+	expect_no_device_leak(s.m);
+	/* positive values fail it too */
+	s.fail_next = 1;
+	cr_assert_eq(dormant_wake(s.m, NULL, &rep), -ECANCELED);
+	s.fail_next = 0;
+	cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "retry: %s", rep.error);
+	cr_expect_eq(s.calls, 3);
+	expect_marked_zero(s.m, s.master, s.size, 91, marked, 1);
+	/* the callback copied the master with its zeroed range */
+	expect_marked_zero(s.m, s.weights, s.size, 91, marked, 1);
+	cr_expect(holds(s.m, s.grads, 3 * MiB, 0));
+	cr_expect_eq(host_bytes_settled(s.m, 0), 0);
+	expect_no_device_leak(s.m);
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, keep_allocations_of_a_rebuild_tag_are_restored_first)
+{
+	struct rebuild_scene s;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RETAIN);
+	s.own_keep = alloc_as(s.m, "weights", DORMANT_KEEP, MiB);
+	fill(s.m, s.own_keep, MiB, 93);
+	cycle(s.m, NULL, NULL);
+	cr_expect_eq(s.calls, 1);
+	cr_expect(s.saw_own_keep, "restored before the callback");
+	cr_expect(holds(s.m, s.own_keep, MiB, 93));
+	rebuild_scene_expect_intact(&s);
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, without_a_callback_it_wakes_zero_filled)
+{
+	struct rebuild_scene s;
+
+	rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+	cr_assert_eq(dormant_set_rebuild(s.m, "weights", NULL, NULL), 0);
+	cycle(s.m, NULL, NULL);
+	cr_expect_eq(s.calls, 0);
+	cr_expect(holds(s.m, s.weights, s.size, 0));
+	cr_expect(holds(s.m, s.master, s.size, 91));
+	dormant_destroy(s.m);
+}
+
+Test(rebuild, a_failed_sleep_rolls_back_with_the_rebuild_memory_intact,
+     .init = pin_pieces_small)
+{
+	for (unsigned n = 1; n < 40; n++) {
+		struct rebuild_scene s;
+		int r;
+
+		rebuild_scene_init(&s, DORMANT_HOST_RELEASE);
+		dormant_debug_inject_fault(s.m, DORMANT_FAULT_COPY, n, -EIO, false);
+		r = dormant_sleep(s.m, NULL, NULL);
+		dormant_debug_inject_fault(s.m, DORMANT_FAULT_COPY, 0, 0, false);
+		if (r == 0) {
+			dormant_destroy(s.m);
+			cr_expect_gt(n, 2, "the sleep made copies");
+			break;
+		}
+		cr_expect_eq(r, -EIO);
+		cr_expect_eq(s.calls, 0, "nothing to rebuild: never released");
+		cr_expect(holds(s.m, s.weights, s.size, 91), "n %u: rebuild memory lost", n);
+		cr_expect(holds(s.m, s.master, s.size, 91), "n %u: master lost", n);
+		dormant_destroy(s.m);
+	}
+}
+
+Test(rebuild, names_and_bad_input)
+{
+	struct dormant *m = manager();
+	enum dormant_policy p = DORMANT_KEEP;
+	void *ptr = NULL;
+
+	cr_expect_str_eq(dormant_policy_name(DORMANT_REBUILD), "rebuild");
+	cr_expect_eq(dormant_policy_from_name("rebuild", &p), 0);
+	cr_expect_eq(p, DORMANT_REBUILD);
+	cr_expect_eq(dormant_policy_from_name("rebuilt", &p), -EINVAL);
+	cr_expect_null(dormant_policy_name((enum dormant_policy)3));
+	cr_expect_eq(dormant_set_policy(m, "w", DORMANT_REBUILD), 0);
+	cr_expect_eq(dormant_alloc_policy(m, "w", DORMANT_REBUILD, MiB, 0, &ptr), -EINVAL,
+		     "rebuild is a tag's policy only");
+	cr_expect_eq(dormant_set_thread_policy(DORMANT_REBUILD), -EINVAL);
+	cr_expect_eq(dormant_set_rebuild(m, "bad tag!", rebuild_weights, NULL), -EINVAL);
+	cr_expect_eq(dormant_set_rebuild(NULL, "w", rebuild_weights, NULL), -EINVAL);
+	cr_expect_eq(dormant_set_rebuild(m, "new", rebuild_weights, NULL), 0, "creates the tag");
+	cr_expect_eq(tag_stats(stats(m), "new")->policy, DORMANT_KEEP, "not its policy");
+	dormant_destroy(m);
+}
