@@ -8,6 +8,7 @@ shim to check that the package attaches to the shim's manager."""
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -274,8 +275,12 @@ print("PASS python")
 """
 
 
-def test_python_attaches_to_the_shim_manager():
-    env = captured_env(PYTHONPATH=str(REPO / "python"))
+def test_python_attaches_to_the_shim_manager(tmp_path):
+    # $DORMANT_LIB names another file: the package must still take the copy
+    # the shim loaded (a second copy would have a registry of its own)
+    other = tmp_path / "libdormant.so"
+    shutil.copy(os.environ["DORMANT_LIB"], other)
+    env = captured_env(PYTHONPATH=str(REPO / "python"), DORMANT_LIB=str(other))
     env.pop("DORMANT_PRELOAD_LIB", None)
     proc = run([sys.executable, "-c", PYTHON_UNDER_SHIM, FAKE_CUDART, SHIM], env)
     assert_pass(proc, "python")
