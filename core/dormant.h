@@ -5,10 +5,13 @@
  *
  * The manager owns device allocations grouped by tag. Sleeping a tag releases
  * its physical device memory while its virtual address range stays reserved:
- * tags with policy DORMANT_KEEP are first copied to host memory, tags with
- * policy DORMANT_DISCARD are released with no copy at all. Waking maps fresh
- * physical memory at the same addresses, restores DORMANT_KEEP tags and
- * zero-fills DORMANT_DISCARD tags. Pointers never change.
+ * memory with policy DORMANT_KEEP is first copied to host memory (only its
+ * live bytes: not what dormant_mark_unused() marked), memory with policy
+ * DORMANT_DISCARD or DORMANT_REBUILD is released with no copy at all. Waking
+ * maps fresh physical memory at the same addresses, restores DORMANT_KEEP
+ * memory, zero-fills the rest, then runs the rebuild callbacks of
+ * DORMANT_REBUILD tags. A policy belongs to a tag, and an allocation may have
+ * one of its own (dormant_alloc_policy()). Pointers never change.
  *
  * Conventions, for every function below unless its comment says otherwise:
  *  - it returns 0 (or a count) on success and a negative errno on failure;
@@ -306,7 +309,10 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * cannot be had (typically another process still holds it): everything this
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
- * with the same guarantee.
+ * with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
+ * callback (dormant_set_rebuild()) refused, with the same guarantee. A wake
+ * that succeeds (also one that changes nothing) drops the marks of every
+ * awake tag (dormant_mark_unused()).
  */
 DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
 				struct dormant_report *ret);
@@ -541,6 +547,19 @@ DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_f
  * does not have that much free.
  */
 DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t bytes);
+
+/*
+ * Queue a write of size bytes from src into managed device memory on the
+ * device's default stream, as a kernel that the trainer launched and that has
+ * not finished would write it: it lands only when the device is next
+ * synchronized, so a sleep that copies without synchronizing first copies
+ * stale data. Only the host backend with DORMANT_HOST_DEFER_STREAMS=1 (its
+ * streams then run their work when waited for, not when issued) supports it;
+ * -ENOTSUP elsewhere, -EINVAL if the range is not inside one allocation,
+ * -EBUSY if its tag is not awake.
+ */
+DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst, const void *src,
+					     size_t size);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "extent.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,16 +42,53 @@ static size_t marks_first_reaching(const struct mark_set *s, size_t offset)
 	return lo;
 }
 
+static int extent_compare(const void *a, const void *b)
+{
+	const struct extent *x = a, *y = b;
+
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+void marks_normalize(struct mark_set *s)
+{
+	size_t out = 0;
+
+	if (!s->unsorted)
+		return;
+	qsort(s->v, s->count, sizeof(*s->v), extent_compare);
+	for (size_t i = 0; i < s->count; i++) {
+		struct extent *last = out ? &s->v[out - 1] : NULL;
+
+		if (last && s->v[i].offset <= last->offset + last->size)
+			last->size = MAX(last->offset + last->size, s->v[i].offset + s->v[i].size) -
+				     last->offset;
+		else
+			s->v[out++] = s->v[i];
+	}
+	s->count = out;
+	s->unsorted = false;
+}
+
 int marks_add(struct mark_set *s, size_t offset, size_t size)
 {
 	size_t end = offset + size, i, j;
+	struct extent *last;
 	int r;
 
 	if (size == 0)
 		return 0;
+	if (s->unsorted && s->count == s->capacity)
+		marks_normalize(s); /* may make room without growing */
 	r = marks_reserve(s, s->count + 1);
 	if (r < 0)
 		return r;
+	last = s->count ? &s->v[s->count - 1] : NULL;
+	if (s->unsorted || (last && offset < last->offset)) {
+		/* out of order: sorted when next read */
+		s->v[s->count++] = (struct extent){ .offset = offset, .size = size };
+		s->unsorted = true;
+		return 0;
+	}
 	/* marks [i, j) touch or overlap the new one: they merge into it */
 	i = marks_first_reaching(s, offset);
 	for (j = i; j < s->count && s->v[j].offset <= end; j++) {
@@ -72,6 +110,7 @@ void marks_remove(struct mark_set *s, size_t offset, size_t size)
 {
 	size_t end = offset + size;
 
+	marks_normalize(s);
 	for (size_t i = marks_first_reaching(s, offset); i < s->count && s->v[i].offset < end;) {
 		struct extent *e = &s->v[i];
 		size_t e_end = e->offset + e->size;
@@ -109,6 +148,7 @@ void marks_remove(struct mark_set *s, size_t offset, size_t size)
 void marks_clear(struct mark_set *s)
 {
 	s->count = 0;
+	s->unsorted = false;
 }
 
 void marks_finish(struct mark_set *s)
@@ -179,6 +219,7 @@ int plan_compute(struct copy_plan *p, size_t chunk_offset, size_t data_bytes,
 	bool h, mk;
 	int r;
 
+	assert(!marks || !marks->unsorted); /* marks_normalize() first */
 	p->count = 0;
 	p->kept = 0;
 	p->skipped = 0;

@@ -36,14 +36,20 @@
 #define EXTENT_MIN_HOLE (64 * KiB)
 
 /* Ranges marked unused in one chunk owner (a dedicated allocation or a
- * slab): sorted, coalesced, offsets from the owner's start. */
+ * slab), offsets from the owner's start. Marks that come in address order
+ * (as a caching allocator's free blocks are listed) are merged as they come;
+ * others are appended and the set is sorted and coalesced when next read,
+ * so that any order costs O(n log n), not O(n^2). */
 struct mark_set {
 	struct extent *v;
 	size_t count, capacity;
+	bool unsorted; /* v[] needs marks_normalize() before it is read */
 };
 
 /* Add [offset, offset + size); -ENOMEM (the set unchanged). */
 int marks_add(struct mark_set *s, size_t offset, size_t size);
+/* Sort and coalesce (plan_compute() and marks_remove() need it). */
+void marks_normalize(struct mark_set *s);
 /* Forget marks inside [offset, offset + size) (a freed sub-allocation).
  * Never fails: when splitting a mark needs memory it cannot get, the whole
  * mark goes (a lost mark only means more is copied). */

@@ -439,6 +439,7 @@ int chunk_plan(struct alloc *a, struct chunk *c)
 	size_t offset = c->va - (uintptr_t)a->ptr;
 
 	chunk_update_data_bytes(a, c);
+	marks_normalize(&a->marks);
 	if (a->is_slab)
 		return plan_compute(&c->plan, offset, c->data_bytes, a->space.free,
 				    a->space.free_count, &a->marks);
@@ -882,6 +883,32 @@ DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t by
 		return error_set(-EINVAL, "manager is NULL");
 	pthread_mutex_lock(&m->lock);
 	r = backend_occupy(m->backend, device, bytes);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst, const void *src,
+					     size_t size)
+{
+	struct alloc *a;
+	int r;
+
+	if (!m || !device_dst || !src)
+		return error_set(-EINVAL, "NULL argument");
+	if (!m->backend->ops->defer_write)
+		return error_set(-ENOTSUP, "the %s backend has no deferred writes",
+				 m->backend->ops->name);
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, (uintptr_t)device_dst, size);
+	if (!a)
+		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
+			      device_dst, size);
+	else if (a->tag->state != DORMANT_AWAKE)
+		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
+			      dormant_state_name(a->tag->state));
+	else
+		r = m->backend->ops->defer_write(m->backend, a->device, (uintptr_t)device_dst, src,
+						 size);
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }

@@ -81,12 +81,18 @@ static uint64_t pattern_word(uint64_t seed, size_t i)
  * filled from its start: a slice of a filled buffer checks alone. */
 static void pattern_make(uint8_t *buf, size_t offset, size_t size, uint64_t seed)
 {
-	for (size_t i = 0; i < size; i++) {
-		size_t at = offset + i;
-		uint64_t w = pattern_word(seed, at / 8);
+	size_t i = 0;
 
-		buf[i] = (uint8_t)(w >> (8 * (at % 8)));
+	/* byte by byte up to a word boundary, then whole words */
+	for (; i < size && (offset + i) % 8; i++)
+		buf[i] = (uint8_t)(pattern_word(seed, (offset + i) / 8) >> (8 * ((offset + i) % 8)));
+	for (; i + 8 <= size; i += 8) {
+		uint64_t w = pattern_word(seed, (offset + i) / 8);
+
+		memcpy(buf + i, &w, 8); /* little-endian, as the bytes above */
 	}
+	for (; i < size; i++)
+		buf[i] = (uint8_t)(pattern_word(seed, (offset + i) / 8) >> (8 * ((offset + i) % 8)));
 }
 
 static void fill(struct dormant *m, void *dev, size_t size, uint64_t seed)
@@ -629,6 +635,14 @@ Test(marks, host_memory_follows_the_kept_bytes_in_retain_mode)
 		cr_expect(holds_at(m, w, off, MiB, 81));
 		cr_expect(holds_at(m, w, off + MiB, 3 * MiB, 0));
 	}
+	/* the wake dropped the marks; a chunk marked whole now keeps no host
+	 * copy at all, the others grow back */
+	mark(m, w, 0, 4 * MiB);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_expect_eq(host_bytes_settled(m, size - 4 * MiB), size - 4 * MiB);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds_at(m, w, 0, 4 * MiB, 0));
+	cr_expect(holds_at(m, w, 4 * MiB, MiB, 81));
 	dormant_destroy(m);
 }
 
@@ -863,5 +877,266 @@ Test(rebuild, names_and_bad_input)
 	cr_expect_eq(dormant_set_rebuild(NULL, "w", rebuild_weights, NULL), -EINVAL);
 	cr_expect_eq(dormant_set_rebuild(m, "new", rebuild_weights, NULL), 0, "creates the tag");
 	cr_expect_eq(tag_stats(stats(m), "new")->policy, DORMANT_KEEP, "not its policy");
+	dormant_destroy(m);
+}
+
+/* ---- chaos, with marks, mixed policies and a rebuild tag ----------------- */
+
+/*
+ * "master" (keep) holds a slab allocation with a mark across a chunk
+ * boundary and a discarded allocation of its own; "opt" (keep) a dedicated
+ * allocation with two marks; "weights" (rebuild) is rebuilt from master;
+ * "grads" is discarded.
+ */
+struct live_scene {
+	struct dormant *m;
+	void *master, *scratch, *opt, *weights, *grads;
+	int calls;
+};
+
+static const size_t MASTER_SIZE = 5 * MiB + 512, OPT_SIZE = 34 * MiB + 100;
+static const struct range master_marks[] = { { 3 * MiB + 1, 2 * MiB } };
+/* the first covers chunks 1 to 4 whole (released with no copy), the second
+ * crosses the boundary of chunks 6 and 7 */
+static const struct range opt_marks[] = { { 3 * MiB, 18 * MiB }, { 24 * MiB + 11, 4 * MiB } };
+static const size_t LIVE_MARKED = 2 * MiB + 18 * MiB + 4 * MiB;
+
+static int rebuild_from_master(struct dormant *m, const char *tag, void *userdata)
+{
+	struct live_scene *s = userdata;
+	uint8_t *buf = malloc(MASTER_SIZE);
+	int r;
+
+	(void)tag;
+	s->calls++;
+	if (!buf)
+		return -ENOMEM;
+	r = dormant_copy_to_host(m, buf, s->master, MASTER_SIZE);
+	if (r == 0)
+		r = dormant_copy_to_device(m, s->weights, buf, MASTER_SIZE);
+	free(buf);
+	return r;
+}
+
+static void live_scene_init(struct live_scene *s, enum dormant_host_mode mode)
+{
+	memset(s, 0, sizeof(*s));
+	s->m = manager_with(mode, 4 * MiB);
+	cr_assert_eq(dormant_set_policy(s->m, "weights", DORMANT_REBUILD), 0);
+	cr_assert_eq(dormant_set_rebuild(s->m, "weights", rebuild_from_master, s), 0);
+	cr_assert_eq(dormant_set_policy(s->m, "grads", DORMANT_DISCARD), 0);
+	s->master = alloc_as(s->m, "master", DORMANT_POLICY_TAG, MASTER_SIZE);
+	s->scratch = alloc_as(s->m, "master", DORMANT_DISCARD, 2 * MiB);
+	s->opt = alloc_as(s->m, "opt", DORMANT_KEEP, OPT_SIZE);
+	s->weights = alloc_as(s->m, "weights", DORMANT_POLICY_TAG, MASTER_SIZE);
+	s->grads = alloc_as(s->m, "grads", DORMANT_POLICY_TAG, 3 * MiB);
+	fill(s->m, s->master, MASTER_SIZE, 301);
+	fill(s->m, s->scratch, 2 * MiB, 302);
+	fill(s->m, s->opt, OPT_SIZE, 303);
+	fill(s->m, s->weights, MASTER_SIZE, 301);
+	fill(s->m, s->grads, 3 * MiB, 304);
+	mark(s->m, s->master, master_marks[0].offset, master_marks[0].size);
+	for (size_t i = 0; i < 2; i++)
+		mark(s->m, s->opt, opt_marks[i].offset, opt_marks[i].size);
+}
+
+/* The bytes not marked hold their patterns (marked ones may be either). */
+static void live_expect_unmarked_intact(struct live_scene *s)
+{
+	size_t pos = 0;
+
+	cr_expect(holds_at(s->m, s->master, 0, master_marks[0].offset, 301), "master lost");
+	pos = master_marks[0].offset + master_marks[0].size;
+	cr_expect(holds_at(s->m, s->master, pos, MASTER_SIZE - pos, 301), "master lost");
+	pos = 0;
+	for (size_t i = 0; i < 2; i++) {
+		cr_expect(holds_at(s->m, s->opt, pos, opt_marks[i].offset - pos, 303), "opt lost");
+		pos = opt_marks[i].offset + opt_marks[i].size;
+	}
+	cr_expect(holds_at(s->m, s->opt, pos, OPT_SIZE - pos, 303), "opt lost");
+}
+
+/* After a complete cycle: marked bytes zero, the rest intact, weights
+ * rebuilt from master, discarded memory zero. */
+static void live_expect_cycled(struct live_scene *s)
+{
+	expect_marked_zero(s->m, s->master, MASTER_SIZE, 301, master_marks, 1);
+	expect_marked_zero(s->m, s->opt, OPT_SIZE, 303, opt_marks, 2);
+	expect_marked_zero(s->m, s->weights, MASTER_SIZE, 301, master_marks, 1);
+	cr_expect(holds(s->m, s->scratch, 2 * MiB, 0), "discarded allocation of a kept tag");
+	cr_expect(holds(s->m, s->grads, 3 * MiB, 0), "grads");
+}
+
+static void expect_every_tag(struct dormant *m, enum dormant_state state)
+{
+	struct dormant_stats *st = stats(m);
+
+	for (size_t i = 0; i < st->tag_count; i++)
+		cr_expect_eq(st->tags[i].state, state, "tag %s is %s", st->tags[i].tag,
+			     dormant_state_name(st->tags[i].state));
+}
+
+static const enum dormant_fault_op live_ops[] = {
+	DORMANT_FAULT_CREATE, DORMANT_FAULT_MAP, DORMANT_FAULT_COPY, DORMANT_FAULT_HOST_ALLOC,
+};
+
+/* The nth create / map / copy / host allocation of a sleep fails, for every
+ * n the sleep reaches: it rolls back with every kept byte and the rebuild
+ * tag intact and its marks in place, leaks nothing, and the next cycle
+ * works. */
+static void live_chaos_sleep(enum dormant_host_mode mode)
+{
+	struct dormant *anchor = manager(); /* keeps a CUDA context alive */
+
+	for (size_t o = 0; o < sizeof(live_ops) / sizeof(live_ops[0]); o++) {
+		int failures = 0;
+
+		for (unsigned n = 1; n < 300; n++) {
+			struct live_scene s;
+			struct dormant_report rep;
+			uint64_t device;
+			int r;
+
+			live_scene_init(&s, mode);
+			device = stats(s.m)->device_bytes;
+			cr_assert_eq(dormant_debug_inject_fault(s.m, live_ops[o], n, -EIO, false), 0);
+			r = dormant_sleep(s.m, NULL, &rep);
+			dormant_debug_inject_fault(s.m, live_ops[o], 0, 0, false);
+			if (r == 0) {
+				dormant_destroy(s.m);
+				break;
+			}
+			failures++;
+			cr_expect_eq(r, -EIO, "op %d, n %u: %s", live_ops[o], n, rep.error);
+			expect_every_tag(s.m, DORMANT_AWAKE);
+			cr_expect(stats(s.m)->healthy);
+			live_expect_unmarked_intact(&s);
+			cr_expect(holds(s.m, s.weights, MASTER_SIZE, 301), "op %d, n %u: rebuild tag",
+				  live_ops[o], n);
+			cr_expect_eq(s.calls, 0);
+			cr_expect_eq(stats(s.m)->device_bytes, device);
+			expect_no_device_leak(s.m);
+			/* the marks stand for the retry */
+			cr_assert_eq(dormant_sleep(s.m, NULL, &rep), 0, "op %d, n %u: %s", live_ops[o],
+				     n, rep.error);
+			cr_expect_eq(rep.bytes_skipped, LIVE_MARKED, "op %d, n %u", live_ops[o], n);
+			cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "%s", rep.error);
+			cr_expect_eq(s.calls, 1);
+			live_expect_cycled(&s);
+			if (mode == DORMANT_HOST_RELEASE)
+				cr_expect_eq(host_bytes_settled(s.m, 0), 0, "host memory leaked");
+			expect_no_device_leak(s.m);
+			dormant_destroy(s.m);
+		}
+		if (live_ops[o] != DORMANT_FAULT_CREATE && live_ops[o] != DORMANT_FAULT_MAP)
+			cr_expect_gt(failures, 0, "op %d never reached by a sleep", live_ops[o]);
+	}
+	dormant_destroy(anchor);
+}
+
+/* Pinned in 2 MiB pieces: the packed runs still cross pieces, with half
+ * the copies (and fault points) of 1 MiB ones. */
+static void pin_pieces_2mib(void)
+{
+	setenv("DORMANT_PIN_PIECE_BYTES", "2MiB", 1);
+}
+
+/* A first sleep is the same in both modes: release only. */
+Test(chaos, live_sleep_release, .timeout = 240, .init = pin_pieces_2mib)
+{
+	live_chaos_sleep(DORMANT_HOST_RELEASE);
+}
+
+Test(chaos, live_sleep_unpinned, .timeout = 240, .init = unpinned)
+{
+	live_chaos_sleep(DORMANT_HOST_RELEASE);
+}
+
+/* The nth call of each op fails during a wake: every tag stays asleep with
+ * the kept host copies, nothing stays mapped, the callback has not run, and
+ * the same wake then works. */
+static void live_chaos_wake(enum dormant_host_mode mode, int error)
+{
+	struct dormant *anchor = manager();
+
+	for (size_t o = 0; o < sizeof(live_ops) / sizeof(live_ops[0]); o++) {
+		int failures = 0;
+
+		for (unsigned n = 1; n < 300; n++) {
+			struct live_scene s;
+			struct dormant_report rep;
+			int r;
+
+			live_scene_init(&s, mode);
+			cr_assert_eq(dormant_sleep(s.m, NULL, &rep), 0, "%s", rep.error);
+			dormant_debug_inject_fault(s.m, live_ops[o], n, error, false);
+			r = dormant_wake(s.m, NULL, &rep);
+			dormant_debug_inject_fault(s.m, live_ops[o], 0, 0, false);
+			if (r == 0) {
+				live_expect_cycled(&s);
+				dormant_destroy(s.m);
+				break;
+			}
+			failures++;
+			cr_expect_eq(r, error, "op %d, n %u: %s", live_ops[o], n, rep.error);
+			expect_every_tag(s.m, DORMANT_ASLEEP);
+			cr_expect_eq(s.calls, 0, "no callback before the kept tags are back");
+			cr_expect_eq(stats(s.m)->device_bytes, 0, "a failed wake gives back its maps");
+			cr_expect_geq(tag_stats(stats(s.m), "opt")->host_bytes, OPT_SIZE - 22 * MiB);
+			cr_expect_geq(tag_stats(stats(s.m), "master")->host_bytes, MASTER_SIZE - 2 * MiB);
+			cr_expect_eq(tag_stats(stats(s.m), "weights")->host_bytes, 0);
+			expect_no_device_leak(s.m);
+			cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "retry: %s", rep.error);
+			cr_expect_eq(s.calls, 1);
+			live_expect_cycled(&s);
+			dormant_destroy(s.m);
+		}
+		if (live_ops[o] != DORMANT_FAULT_HOST_ALLOC)
+			cr_expect_gt(failures, 0, "op %d never reached by a wake", live_ops[o]);
+	}
+	dormant_destroy(anchor);
+}
+
+Test(chaos, live_wake_release, .timeout = 240, .init = pin_pieces_2mib)
+{
+	live_chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
+}
+
+Test(chaos, live_wake_retain, .timeout = 240, .init = pin_pieces_2mib)
+{
+	live_chaos_wake(DORMANT_HOST_RETAIN, -EIO);
+}
+
+Test(chaos, live_wake_unpinned, .timeout = 240, .init = unpinned)
+{
+	live_chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
+}
+
+/* Marks in reverse order, overlapping and repeated, add up to their union
+ * (and cost no more than sorted ones: sorted once, when the sleep reads
+ * them). */
+Test(marks, in_any_order_add_up_to_their_union)
+{
+	enum { N = 2000 };
+	struct dormant *m = manager();
+	size_t size = 40 * MiB, stride = 20 * KiB, len = 8 * KiB;
+	void *w = alloc_as(m, "w", DORMANT_POLICY_TAG, size);
+	struct dormant_report rep;
+	struct range *marked = calloc(N, sizeof(*marked));
+
+	cr_assert_not_null(marked);
+	fill(m, w, size, 401);
+	for (int i = N - 1; i >= 0; i--) {
+		marked[i] = (struct range){ (size_t)i * stride + 1, len };
+		mark(m, w, marked[i].offset + len / 2, len / 2); /* the second half */
+		mark(m, w, marked[i].offset, len / 4);           /* a first quarter */
+		mark(m, w, marked[i].offset + len / 8, len / 2); /* overlapping both */
+	}
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_eq(rep.bytes_skipped, (uint64_t)N * len);
+	cr_expect_eq(rep.bytes_copied, size - (uint64_t)N * len);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	expect_marked_zero(m, w, size, 401, marked, N);
+	free(marked);
 	dormant_destroy(m);
 }
