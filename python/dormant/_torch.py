@@ -32,7 +32,8 @@ import weakref
 
 import torch
 
-from .errors import BusyError, DormantError, InvalidArgumentError, NoDeviceError
+from .errors import (BusyError, DormantError, InvalidArgumentError, NoDeviceError,
+                     UnsupportedError)
 
 log = logging.getLogger("dormant")
 
@@ -45,14 +46,22 @@ _allocator = None     # one CUDAPluggableAllocator per process
 _attached = None      # weakref to the Manager behind dormant_torch_malloc()
 
 
-class _Route:
-    """One routing on a thread's stack: allocations go to pool under tag."""
-    __slots__ = ("tag", "device", "pool", "ctx")
+# dormant_set_thread_policy() values (core/dormant.h).
+POLICY_TAG = -1
+_ALLOC_POLICIES = {"keep": 0, "discard": 1}
 
-    def __init__(self, tag, device, pool):
+
+class _Route:
+    """One routing on a thread's stack: allocations go to pool under tag, with
+    policy (an allocation policy, or POLICY_TAG: the tag's). pool None routes
+    to no pool: PyTorch's ordinary memory (tag None: the thread's tag reset)."""
+    __slots__ = ("tag", "device", "pool", "policy", "ctx")
+
+    def __init__(self, tag, device, pool, policy=POLICY_TAG):
         self.tag = tag
         self.device = device
         self.pool = pool
+        self.policy = policy
         self.ctx = None
 
 
@@ -63,6 +72,12 @@ class TorchGlue:
         self.manager = manager
         self.lib = manager._lib
         self.pools = {}               # (tag, device) -> torch.cuda.MemPool
+        # (tag, policy, device, kind) -> MemPool, for allocations with a policy
+        # of their own (so the caching allocator never mixes policies in one
+        # segment); kind "plain" pools use PyTorch's own allocator (cudaMalloc,
+        # for a process whose cudaMalloc dormant captures), "graph" ones hold
+        # CUDA graph captures.
+        self.policy_pools = {}
         self.lock = threading.Lock()
         self.tls = threading.local()
         self.hook_id = None           # the before-sleep hook, once a region was used
@@ -116,6 +131,7 @@ class TorchGlue:
         """Wait for the work queued on every device a pool lives on."""
         with self.lock:
             devices = {device for (_, device) in self.pools}
+            devices |= {device for (_, _, device, _) in self.policy_pools}
         for device in devices:
             torch.cuda.synchronize(device)
 
@@ -159,6 +175,10 @@ class TorchGlue:
         """Mark the free blocks of the pools of tags; returns (blocks, bytes)."""
         with self.lock:
             pools = [pool for (tag, _), pool in self.pools.items() if tag in tags]
+            # CUDA graph pools are left whole: their free blocks are the
+            # graph's scratch, reused by every replay.
+            pools += [pool for (tag, _, _, kind), pool in self.policy_pools.items()
+                      if tag in tags and kind != "graph"]
         blocks = nbytes = 0
         for pool in pools:
             for address, size in free_blocks(pool):
@@ -179,6 +199,24 @@ class TorchGlue:
                 _attached = None
         with self.lock:
             self.pools.clear()
+            self.policy_pools.clear()
+
+    def policy_pool(self, tag, policy, device, kind="dormant"):
+        """The pool for allocations of tag with an allocation policy ("keep"
+        or "discard") on device. kind "dormant" and "graph" pools allocate
+        through dormant_torch_malloc, "plain" ones through PyTorch's default
+        allocator."""
+        key = (tag, policy, device, kind)
+        with self.lock:
+            pool = self.policy_pools.get(key)
+            if pool is None:
+                with torch.cuda.device(device):
+                    if kind == "plain":
+                        pool = torch.cuda.MemPool()
+                    else:
+                        pool = torch.cuda.MemPool(_allocator.allocator())
+                self.policy_pools[key] = pool
+            return pool
 
     def _pool(self, tag, device):
         key = (tag, device)
@@ -203,20 +241,44 @@ class TorchGlue:
         if r < 0:
             self.manager._check(r)
 
+    def _set_thread_policy(self, policy):
+        lib = self.lib
+        fn = getattr(lib, "dormant_set_thread_policy", None)
+        if fn is None:
+            fn = getattr(lib.cdll, "dormant_set_thread_policy", None)
+        if fn is None:
+            if policy == POLICY_TAG:
+                return  # nothing to reset in a library without policies
+            raise UnsupportedError(
+                f"a per-allocation policy needs dormant_set_thread_policy(), which the "
+                f"libdormant at {lib.path} does not export (older than this package)",
+                errno.ENOSYS)
+        r = fn(policy)
+        if r < 0:
+            self.manager._check(r)
+
     def _activate(self, route):
-        ctx = torch.cuda.use_mem_pool(route.pool, route.device)
-        ctx.__enter__()
-        route.ctx = ctx
+        if route.pool is not None:
+            ctx = torch.cuda.use_mem_pool(route.pool, route.device)
+            ctx.__enter__()
+            route.ctx = ctx
         self._set_thread_tag(route.tag)
+        self._set_thread_policy(route.policy)
 
     def _deactivate(self, route):
         ctx, route.ctx = route.ctx, None
         if ctx is not None:
             ctx.__exit__(None, None, None)
 
-    def _push(self, tag, device):
-        """Route this thread's allocations on device to tag until _pop()."""
-        route = _Route(tag, device, self._pool(tag, device))
+    def _push(self, tag, device, pool=None, policy=POLICY_TAG, routed=True):
+        """Route this thread's allocations on device to tag until _pop()
+        (to pool with policy when given; tag None: to no pool; routed False:
+        set the thread's tag and policy only, no pool)."""
+        if not routed:
+            pool = None
+        elif pool is None and tag is not None:
+            pool = self._pool(tag, device)
+        route = _Route(tag, device, pool, policy)
         stack = self._stack()
         outer = stack[-1] if stack else None
         if outer is not None:
@@ -228,6 +290,7 @@ class TorchGlue:
                 self._activate(outer)
             else:
                 self._set_thread_tag(None)
+                self._set_thread_policy(POLICY_TAG)
             raise
         stack.append(route)
         return route
@@ -242,6 +305,31 @@ class TorchGlue:
             self._activate(stack[-1])
         else:
             self._set_thread_tag(None)
+            self._set_thread_policy(POLICY_TAG)
+
+    @contextlib.contextmanager
+    def route(self, tag, policy, *, plain=False, routed=True):
+        """Route this thread to tag with an allocation policy ("keep",
+        "discard"; None: the tag's) in a pool of its own, for the duration;
+        tag None routes to PyTorch's ordinary memory. plain: the pool uses
+        PyTorch's own allocator (whose cudaMalloc dormant captures), and
+        nothing is attached to libdormant's allocator entry points. routed
+        False: only the thread's tag and policy (for a CUDA graph capture,
+        which routes to its own pool)."""
+        if tag is not None:
+            if not plain:
+                self._ensure_ready()
+            self._check_tag(tag)
+        device = torch.cuda.current_device()
+        value = POLICY_TAG if policy is None else _ALLOC_POLICIES[policy]
+        pool = None
+        if tag is not None and routed:
+            pool = self.policy_pool(tag, policy, device, "plain" if plain else "dormant")
+        route = self._push(tag, device, pool, value, routed=routed)
+        try:
+            yield route
+        finally:
+            self._pop(route)
 
     @contextlib.contextmanager
     def switch(self, tag):

@@ -598,12 +598,17 @@ class Manager:
         dtype_tags ({torch.float32: "grads", ...}) sends allocations whose
         dtype is listed to that tag instead (decided per torch call; see
         docs/pytorch.md). Needs torch with CUDA and the cuda backend."""
+        return self._torch_glue().region(tag, policy, dtype_tags)
+
+    def _torch_glue(self):
+        """The region machinery (dormant._torch.TorchGlue), made on first use;
+        also used by dormant.torch_memory_saver."""
         if self._torch is None:
             from . import _torch  # torch is imported here, not at package import
             with self._lock:
                 if self._torch is None:
                     self._torch = _torch.TorchGlue(self)
-        return self._torch.region(tag, policy, dtype_tags)
+        return self._torch
 
     # ---- testing ----------------------------------------------------------
 

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+"""torch_memory_saver.hooks, on dormant."""

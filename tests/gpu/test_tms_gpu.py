@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: MIT
+"""dormant.torch_memory_saver on a real GPU: each pattern torch_memory_saver
+users have (tests/gpu/tms_program.py, a program written for
+torch_memory_saver) runs in a process of its own, started with the one switch
+(python3 -m dormant.run --torch-memory-saver), so that `import
+torch_memory_saver` in it gets dormant. Whole-process capture runs under the
+build's `dormant-run --capture --torch-memory-saver` (the LD_PRELOAD shim of
+cudaMalloc/cudaFree); it skips, saying why, where the build has none."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+HERE = pathlib.Path(__file__).resolve().parent
+PYTHON_DIR = HERE.parents[1] / "python"
+PROGRAM = HERE / "tms_program.py"
+
+
+def capture_wrapper():
+    """The build's dormant-run (beside the libdormant under test), which
+    starts a program under whole-process capture; None when there is none."""
+    lib = os.environ.get("DORMANT_LIB")
+    if not lib:
+        return None
+    wrapper = pathlib.Path(lib).resolve().parent / "tools" / "dormant-run"
+    return wrapper if wrapper.exists() else None
+
+
+def run_program(scenario, note, capture=False, timeout=300):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(PYTHON_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if capture:
+        cmd = [str(capture_wrapper()), "--capture", "--torch-memory-saver"]
+    else:
+        cmd = [sys.executable, "-m", "dormant.run", "--torch-memory-saver"]
+    cmd += ["--", sys.executable, str(PROGRAM), scenario]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    for line in r.stdout.splitlines():
+        if line.startswith("NOTE "):
+            note(line[5:])
+    assert r.returncode == 0 and f"OK {scenario}" in r.stdout, \
+        f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+
+
+def test_one_tag(note):
+    """tms: one tag, pause gives the memory back, resume at the same address"""
+    run_program("one_tag", note)
+
+
+def test_several_tags(note):
+    """tms: several tags paused and resumed selectively"""
+    run_program("several_tags", note)
+
+
+def test_cpu_backup_bit_exact(note):
+    """tms: enable_cpu_backup keeps every bit"""
+    run_program("cpu_backup", note)
+
+
+def test_nested_no_backup(note):
+    """tms: nested no-backup region inside a backed-up tag, zeros after resume"""
+    run_program("nested_no_backup", note)
+
+
+def test_cuda_graph(note):
+    """tms: cuda_graph() capture, pool released on pause, replay after resume"""
+    run_program("cuda_graph", note)
+
+
+def test_training_loop(note):
+    """tms: training with Adam, pause/resume every step, bit-identical"""
+    run_program("training", note)
+
+
+def test_blocked_resume_retried(note):
+    """tms: resume blocked by another process raises OutOfMemoryError, retry works"""
+    run_program("blocked_resume", note)
+
+
+def test_http_beside(note):
+    """tms: dormant.serve() beside the module, tags by the program's names"""
+    run_program("http", note)
+
+
+def test_whole_process_capture(note):
+    """tms: whole-process capture, an allocation outside every region released too"""
+    if capture_wrapper() is None:
+        pytest.skip("no tools/dormant-run beside $DORMANT_LIB (this build has no "
+                    "whole-process capture, the LD_PRELOAD shim of cudaMalloc/cudaFree)")
+    run_program("whole_process", note, capture=True)
