@@ -11,8 +11,7 @@ static const struct {
 	const char *name;
 	int error;
 } errors[] = {
-	{ "EIO", -EIO }, { "ENOMEM", -ENOMEM }, { "EBUSY", -EBUSY },
-	{ "EAGAIN", -EAGAIN }, { "ENOSPC", -ENOSPC },
+	{ "EIO", -EIO }, { "ENOMEM", -ENOMEM }, { "EAGAIN", -EAGAIN }, { "ENOSPC", -ENOSPC },
 };
 
 static const char *const op_names[DORMANT_FAULT_OPS] = {
@@ -87,7 +86,7 @@ static int rule_parse(char *text, struct fault_rule *rule)
 		}
 		if (!found)
 			return error_set(-EINVAL, "fault rule: ERROR '%.32s' is not EIO, ENOMEM, "
-						  "EBUSY, EAGAIN, ENOSPC or a number from 1 to 4095",
+						  "EAGAIN, ENOSPC or a number from 1 to 4095",
 					 fields[3]);
 	}
 	rule->times = 1;
@@ -133,38 +132,44 @@ int faults_parse(const char *spec, struct fault_switch *fs)
 	return 0;
 }
 
-static void disarm(struct fault_switch *fs, struct dormant *m)
+/* Count what fired in the transition that ends (or ended, failing, without
+ * its after hook), and disarm the rest. */
+static void settle(struct fault_switch *fs, struct dormant *m)
 {
-	for (size_t i = 0; i < fs->count; i++)
-		dormant_debug_inject_fault(m, fs->rules[i].op, 0, 0, false);
+	for (size_t i = 0; i < fs->count; i++) {
+		struct fault_rule *rule = &fs->rules[i];
+
+		if (!rule->armed)
+			continue;
+		if (dormant_debug_op_count(m, rule->op) - rule->calls_at_arming >= rule->nth)
+			rule->fired++;
+		rule->armed = false;
+		dormant_debug_inject_fault(m, rule->op, 0, 0, false);
+	}
 }
 
-/* Before a transition: arm the rules of this kind that have hits left. A
- * rule is counted when armed, whether or not its nth call comes. */
+/* Before a transition: arm the rules of this kind with firings left. */
 static int before(struct dormant *m, enum dormant_hook_point point, void *userdata)
 {
 	struct fault_switch *fs = userdata;
 	unsigned when = point == DORMANT_HOOK_BEFORE_SLEEP ? FAULT_WHEN_SLEEP : FAULT_WHEN_WAKE;
 
-	/* a rule left armed by a transition that failed before its nth call */
-	disarm(fs, m);
+	settle(fs, m);
 	for (size_t i = 0; i < fs->count; i++) {
 		struct fault_rule *rule = &fs->rules[i];
 
-		if (!(rule->when & when))
+		if (!(rule->when & when) || (rule->times && rule->fired >= rule->times))
 			continue;
-		if (rule->times && atomic_fetch_add(&rule->hits, 1) >= rule->times)
-			continue;
-		dormant_debug_inject_fault(m, rule->op, rule->nth, rule->error, false);
+		rule->calls_at_arming = dormant_debug_op_count(m, rule->op);
+		rule->armed = dormant_debug_inject_fault(m, rule->op, rule->nth, rule->error,
+							 false) == 0;
 	}
 	return 0;
 }
 
-/* After a transition that succeeded: a rule whose nth call did not come
- * must not hit the trainer's own copies or allocations. */
 static int after(struct dormant *m, enum dormant_hook_point point, void *userdata)
 {
-	disarm(userdata, m);
+	settle(userdata, m);
 	return 0;
 }
 
@@ -201,6 +206,6 @@ void faults_remove(struct fault_switch *fs)
 			dormant_hook_remove(fs->manager, fs->hook_ids[i]);
 		fs->hook_ids[i] = -1;
 	}
-	disarm(fs, fs->manager);
+	settle(fs, fs->manager);
 	fs->manager = NULL;
 }

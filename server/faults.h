@@ -8,16 +8,21 @@
  *   WHEN  = sleep | wake | any
  *   OP    = create | map | copy | host-alloc
  *   NTH   = the nth call of OP inside the transition fails (default 1)
- *   ERROR = EIO, ENOMEM, EBUSY, EAGAIN, ENOSPC or a number (default ENOMEM
- *           for create, map and host-alloc, EIO for copy)
- *   TIMES = how many transitions the rule hits, 0 every one (default 1)
+ *   ERROR = EIO, ENOMEM, EAGAIN, ENOSPC or a number (default ENOMEM for
+ *           create, map and host-alloc, EIO for copy)
+ *   TIMES = how many times the fault fires, 0 without end (default 1)
+ *
+ * A rule is armed at the start of each transition of its kind while it has
+ * firings left; it fired when the transition made at least NTH calls of OP
+ * (dormant_debug_op_count()). Whatever did not fire is disarmed when the
+ * transition ends, so that it never hits the trainer's own calls.
  */
 #ifndef DORMANT_SERVER_FAULTS_H
 #define DORMANT_SERVER_FAULTS_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dormant.h"
 
@@ -34,8 +39,11 @@ struct fault_rule {
 	enum dormant_fault_op op;
 	unsigned nth;
 	int error; /* negative errno */
-	unsigned times; /* 0: every transition */
-	atomic_uint hits; /* transitions it was armed for */
+	unsigned times; /* 0: without end */
+	/* transition state; transitions run one at a time */
+	unsigned fired;
+	bool armed;
+	uint64_t calls_at_arming;
 };
 
 struct fault_switch {
