@@ -75,7 +75,7 @@ struct dormant_server_options {
 	dormant_metrics_extra_fn metrics_extra;
 	void *metrics_extra_userdata;
 	/* Added later. Connections of one client address (all of loopback is
-	 * one address) at once. 0: 32. At most max_connections. Over it, the
+	 * one address, as are all clients of a Unix socket) at once. 0: 32. At most max_connections. Over it, the
 	 * connection of that client that has waited longest for a request is
 	 * closed to make room, as for max_connections, so a client flooding
 	 * the server closes its own connections first and leaves the rest of

@@ -460,8 +460,8 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
 
 /* Why a request's framing or headers are ambiguous (RFC 9112 6.3, RFC 9110
  * 5.5), or NULL: Content-Length headers that differ, Content-Length with
- * Transfer-Encoding, a NUL byte in a header (libmicrohttpd keeps it; code
- * that reads the value as a C string would see less than was sent). */
+ * Transfer-Encoding, a NUL byte in a header (libmicrohttpd would hand the
+ * value on cut at the NUL: less than a proxy in front saw). */
 static const char *request_ambiguous(struct MHD_Connection *connection)
 {
 	struct header_scan scan = { 0 };
