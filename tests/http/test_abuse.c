@@ -22,7 +22,10 @@
 
 #include "client.h"
 
-TestSuite(abuse, .timeout = 120);
+/* 60 s like every suite of this executable: Criterion 2.4.1's runner leaks
+ * 48 bytes (and LeakSanitizer fails the ASan run) when suites of one
+ * executable have different timeouts. */
+TestSuite(abuse, .timeout = 60);
 
 /* Longer than any timeout a test's server is given, shorter than the test. */
 #define READ_TIMEOUT_S 20
