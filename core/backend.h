@@ -62,6 +62,11 @@ struct backend_ops {
 	int (*mem_info)(struct backend *b, int device, uint64_t *ret_free, uint64_t *ret_total);
 	/* Whether the device has been used (so mem_info costs no new context). */
 	bool (*device_active)(struct backend *b, int device);
+	/* Tests only, may be NULL: queue a write of device memory on the
+	 * device's default stream, run at the next synchronize (the host
+	 * backend with DORMANT_HOST_DEFER_STREAMS=1). */
+	int (*defer_write)(struct backend *b, int device, uintptr_t dst, const void *src,
+			   size_t size);
 };
 
 struct fault {

@@ -6,9 +6,14 @@
  * puts fresh anonymous pages at the reserved address (poisoned, since fresh
  * device memory is not zeroed either), and unmapping puts
  * the PROT_NONE reservation back, which returns the pages to the operating
- * system at once. Copies are memcpy, executed when issued.
+ * system at once. Copies are memcpy, executed when issued; with
+ * DORMANT_HOST_DEFER_STREAMS=1 (a test tool, off by default) work queued on a
+ * stream runs only when an event after it is waited for, the stream is
+ * destroyed or its device is synchronized, as on a real device, so that a
+ * missing wait or synchronize shows as stale data.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,12 +32,41 @@ struct host_handle {
 	size_t size;
 };
 
+/* A stream's queued work: a copy (src set) or a zero-fill (src NULL). */
+struct host_op {
+	struct host_op *next;
+	void *dst;
+	const void *src;
+	size_t size;
+	void *owned; /* freed once run (a deferred write's own copy of its data) */
+};
+
+struct host_stream {
+	struct host_stream *next;
+	uint64_t id;
+	int device;
+	struct host_op *head, *tail;
+	uint64_t issued, done; /* ops queued and run so far */
+};
+
+/* Complete once its stream has run seq ops, or once the stream is gone. */
+struct host_event {
+	uint64_t stream_id; /* 0: never recorded */
+	uint64_t seq;
+};
+
 struct host_backend {
 	struct backend base;
 	int devices;
 	uint64_t capacity;
 	_Atomic uint64_t used[DORMANT_DEVICES_MAX];
 	_Atomic bool active[DORMANT_DEVICES_MAX];
+	bool defer; /* DORMANT_HOST_DEFER_STREAMS=1 */
+	pthread_mutex_t lock; /* the streams and their queues */
+	struct host_stream *streams;
+	uint64_t next_stream_id;
+	/* stands for the trainer's own stream, for dormant_debug_defer_write() */
+	struct host_stream *default_stream[DORMANT_DEVICES_MAX];
 };
 
 static struct host_backend *host(struct backend *b)
@@ -48,8 +82,93 @@ static int check_device(struct backend *b, int device)
 	return 0;
 }
 
+static void op_free(struct host_op *op)
+{
+	free(op->owned);
+	free(op);
+}
+
+static void stream_free(struct host_stream *s)
+{
+	while (s->head) {
+		struct host_op *op = s->head;
+
+		s->head = op->next;
+		op_free(op);
+	}
+	free(s);
+}
+
+/* Run a stream's queued work until it has run upto ops. Called with lock. */
+static void stream_run(struct host_stream *s, uint64_t upto)
+{
+	while (s->head && s->done < upto) {
+		struct host_op *op = s->head;
+
+		s->head = op->next;
+		if (!s->head)
+			s->tail = NULL;
+		if (op->src)
+			memcpy(op->dst, op->src, op->size);
+		else
+			memset(op->dst, 0, op->size);
+		s->done++;
+		op_free(op);
+	}
+}
+
+static struct host_stream *stream_find(struct host_backend *h, uint64_t id)
+{
+	for (struct host_stream *s = h->streams; s; s = s->next)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+/* Queue work on a stream, or run it at once without deferred streams. */
+static int stream_issue(struct host_backend *h, struct host_stream *s, void *dst,
+			const void *src, size_t size, void *owned)
+{
+	struct host_op *op;
+
+	if (!h->defer) {
+		if (src)
+			memcpy(dst, src, size);
+		else
+			memset(dst, 0, size);
+		free(owned);
+		return 0;
+	}
+	op = malloc(sizeof(*op));
+	if (!op) {
+		free(owned);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	*op = (struct host_op){ .dst = dst, .src = src, .size = size, .owned = owned };
+	pthread_mutex_lock(&h->lock);
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	s->issued++;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
 static void host_destroy(struct backend *b)
 {
+	struct host_backend *h = host(b);
+
+	/* Work still queued (a deferred write nobody waited for) is dropped:
+	 * its memory may be gone by now. */
+	while (h->streams) {
+		struct host_stream *s = h->streams;
+
+		h->streams = s->next;
+		stream_free(s);
+	}
+	pthread_mutex_destroy(&h->lock);
 	free(b);
 }
 
@@ -190,78 +309,157 @@ static int host_host_unpin(struct backend *b, void *ptr)
 	return 0;
 }
 
-/* Work runs when issued, so streams and events carry no state; they still
- * are real objects so that leaks and double frees show under sanitizers. */
-static int host_object_create(struct backend *b, int device, void **ret)
+static int host_stream_create(struct backend *b, int device, void **ret)
 {
-	void *object;
+	struct host_backend *h = host(b);
+	struct host_stream *s;
 	int r = check_device(b, device);
 
 	if (r < 0)
 		return r;
-	object = malloc(1);
-	if (!object)
+	s = calloc(1, sizeof(*s));
+	if (!s)
 		return error_set(-ENOMEM, "out of host memory");
-	*ret = object;
+	s->device = device;
+	pthread_mutex_lock(&h->lock);
+	s->id = ++h->next_stream_id;
+	s->next = h->streams;
+	h->streams = s;
+	pthread_mutex_unlock(&h->lock);
+	*ret = s;
 	return 0;
 }
 
-static void host_object_destroy(struct backend *b, int device, void *object)
+/* Like cuStreamDestroy: work already queued still completes. */
+static void host_stream_destroy(struct backend *b, int device, void *stream)
+{
+	struct host_backend *h = host(b);
+	struct host_stream *s = stream;
+
+	(void)device;
+	pthread_mutex_lock(&h->lock);
+	stream_run(s, s->issued);
+	for (struct host_stream **p = &h->streams; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&h->lock);
+	stream_free(s);
+}
+
+static int host_event_create(struct backend *b, int device, void **ret)
+{
+	struct host_event *event;
+	int r = check_device(b, device);
+
+	if (r < 0)
+		return r;
+	event = calloc(1, sizeof(*event));
+	if (!event)
+		return error_set(-ENOMEM, "out of host memory");
+	*ret = event;
+	return 0;
+}
+
+static void host_event_destroy(struct backend *b, int device, void *event)
 {
 	(void)b;
 	(void)device;
-	free(object);
+	free(event);
 }
 
 static int host_event_record(struct backend *b, int device, void *event, void *stream)
 {
-	(void)b;
+	struct host_backend *h = host(b);
+	struct host_event *ev = event;
+	struct host_stream *s = stream;
+
 	(void)device;
-	(void)event;
-	(void)stream;
+	pthread_mutex_lock(&h->lock);
+	ev->stream_id = s->id;
+	ev->seq = s->issued;
+	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
 
 static int host_event_wait(struct backend *b, int device, void *event)
 {
-	(void)b;
+	struct host_backend *h = host(b);
+	struct host_event *ev = event;
+	struct host_stream *s;
+
 	(void)device;
-	(void)event;
+	pthread_mutex_lock(&h->lock);
+	s = stream_find(h, ev->stream_id);
+	if (s)
+		stream_run(s, ev->seq);
+	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
 
 static int host_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
 			     void *stream)
 {
-	(void)b;
 	(void)device;
-	(void)stream;
-	memcpy(dst, (const void *)src, size);
-	return 0;
+	return stream_issue(host(b), stream, dst, (const void *)src, size, NULL);
 }
 
 static int host_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
 			       size_t size, void *stream)
 {
-	(void)b;
 	(void)device;
-	(void)stream;
-	memcpy((void *)dst, src, size);
-	return 0;
+	return stream_issue(host(b), stream, (void *)dst, src, size, NULL);
 }
 
 static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, void *stream)
 {
-	(void)b;
 	(void)device;
-	(void)stream;
-	memset((void *)dst, 0, size);
+	return stream_issue(host(b), stream, (void *)dst, NULL, size, NULL);
+}
+
+/* Every stream of the device, the default one too (cuCtxSynchronize). */
+static int host_synchronize(struct backend *b, int device)
+{
+	struct host_backend *h = host(b);
+	int r = check_device(b, device);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&h->lock);
+	for (struct host_stream *s = h->streams; s; s = s->next)
+		if (s->device == device)
+			stream_run(s, s->issued);
+	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
 
-static int host_synchronize(struct backend *b, int device)
+/* Queue a copy of size bytes to dst on the device's default stream (made on
+ * first use), as a kernel of the trainer still running would write it. */
+static int host_defer_write(struct backend *b, int device, uintptr_t dst, const void *src,
+			    size_t size)
 {
-	return check_device(b, device);
+	struct host_backend *h = host(b);
+	void *copy;
+	int r = check_device(b, device);
+
+	if (r < 0)
+		return r;
+	if (!h->defer)
+		return error_set(-ENOTSUP, "deferred writes need DORMANT_HOST_DEFER_STREAMS=1");
+	if (!h->default_stream[device]) {
+		void *s;
+
+		r = host_stream_create(b, device, &s);
+		if (r < 0)
+			return r;
+		h->default_stream[device] = s;
+	}
+	copy = malloc(size ? size : 1);
+	if (!copy)
+		return error_set(-ENOMEM, "out of host memory");
+	memcpy(copy, src, size);
+	return stream_issue(h, h->default_stream[device], (void *)dst, copy, size, copy);
 }
 
 static int host_mem_info(struct backend *b, int device, uint64_t *ret_free, uint64_t *ret_total)
@@ -297,10 +495,10 @@ static const struct backend_ops host_ops = {
 	.mem_unmap = host_mem_unmap,
 	.host_pin = host_host_pin,
 	.host_unpin = host_host_unpin,
-	.stream_create = host_object_create,
-	.stream_destroy = host_object_destroy,
-	.event_create = host_object_create,
-	.event_destroy = host_object_destroy,
+	.stream_create = host_stream_create,
+	.stream_destroy = host_stream_destroy,
+	.event_create = host_event_create,
+	.event_destroy = host_event_destroy,
 	.event_record = host_event_record,
 	.event_wait = host_event_wait,
 	.copy_to_host = host_copy_to_host,
@@ -309,6 +507,7 @@ static const struct backend_ops host_ops = {
 	.synchronize = host_synchronize,
 	.mem_info = host_mem_info,
 	.device_active = host_device_active,
+	.defer_write = host_defer_write,
 };
 
 int backend_host_new(const struct backend_config *config, struct backend **ret)
@@ -340,6 +539,8 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->base.log = config->log;
 	h->devices = devices;
 	h->capacity = capacity;
+	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
+	pthread_mutex_init(&h->lock, NULL);
 	atomic_store(&h->active[0], true);
 	*ret = &h->base;
 	return 0;

@@ -437,6 +437,19 @@ DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_f
  */
 DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t bytes);
 
+/*
+ * Queue a write of size bytes from src into managed device memory on the
+ * device's default stream, as a kernel that the trainer launched and that has
+ * not finished would write it: it lands only when the device is next
+ * synchronized, so a sleep that copies without synchronizing first copies
+ * stale data. Only the host backend with DORMANT_HOST_DEFER_STREAMS=1 (its
+ * streams then run their work when waited for, not when issued) supports it;
+ * -ENOTSUP elsewhere, -EINVAL if the range is not inside one allocation,
+ * -EBUSY if its tag is not awake.
+ */
+DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst, const void *src,
+					     size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -781,3 +781,29 @@ DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t by
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
+
+DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst, const void *src,
+					     size_t size)
+{
+	struct alloc *a;
+	int r;
+
+	if (!m || !device_dst || !src)
+		return error_set(-EINVAL, "NULL argument");
+	if (!m->backend->ops->defer_write)
+		return error_set(-ENOTSUP, "the %s backend has no deferred writes",
+				 m->backend->ops->name);
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, (uintptr_t)device_dst, size);
+	if (!a)
+		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
+			      device_dst, size);
+	else if (a->tag->state != DORMANT_AWAKE)
+		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
+			      dormant_state_name(a->tag->state));
+	else
+		r = m->backend->ops->defer_write(m->backend, a->device, (uintptr_t)device_dst, src,
+						 size);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}

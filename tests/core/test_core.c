@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dormant.h"
@@ -897,12 +898,35 @@ static void *step_once(void *arg)
 	return NULL;
 }
 
+static double monotonic_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct leaver {
+	struct dormant *m;
+	double held_s; /* how long the step went on after the sleep started */
+};
+
+/* Leave the step 40 ms after the sleep has started (its guard timeout is 100). */
 static void *leave_later(void *arg)
 {
-	struct dormant *m = arg;
+	struct leaver *l = arg;
+	struct dormant_stats *s = malloc(sizeof(*s));
+	double start;
 
-	usleep(50000);
-	dormant_step_leave(m);
+	do {
+		usleep(1000);
+		dormant_stats_get(l->m, s);
+	} while (!s->transition_running);
+	free(s);
+	start = monotonic_s();
+	usleep(40000);
+	l->held_s = monotonic_s() - start;
+	dormant_step_leave(l->m);
 	return NULL;
 }
 
@@ -910,6 +934,7 @@ Test(guard, sleep_waits_for_steps_and_steps_wait_for_wake)
 {
 	struct dormant_options o = { .guard_timeout_ms = 100, .host_mode = DORMANT_HOST_RELEASE };
 	struct stepper s = { .timeout_ms = -1 };
+	struct leaver leaver = { 0 };
 	struct dormant_report rep;
 	struct dormant *m = NULL;
 	pthread_t t;
@@ -929,10 +954,14 @@ Test(guard, sleep_waits_for_steps_and_steps_wait_for_wake)
 	cr_expect_eq(stats(m)->wakes_busy, 0);
 
 	/* a step that leaves in time: the sleep waits for it */
-	pthread_create(&t, NULL, leave_later, m);
+	leaver.m = m;
+	pthread_create(&t, NULL, leave_later, &leaver);
 	cr_expect_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
 	pthread_join(t, NULL);
-	cr_expect_gt(rep.guard_wait_s, 0.0);
+	/* any sleep reports some wait; this one waited for the step (half of
+	 * it: the sleep may reach the guard a little after it starts) */
+	cr_expect_geq(rep.guard_wait_s, leaver.held_s / 2, "waited %.3f s, the step held %.3f s",
+		      rep.guard_wait_s, leaver.held_s);
 	cr_expect_eq(stats(m)->steps_running, 0);
 
 	/* asleep: a step cannot enter now, and waits for the wake */

@@ -479,7 +479,10 @@ LAUNCHER = str(DEPLOY / "dormant-ranks")
 
 def test_launcher_fills_in_ranks_and_stops_all_when_one_ends(tmp_path):
     out = tmp_path
-    script = (f'echo "{{rank}} {{port}} $LOCAL_RANK $DORMANT_PORT $CUDA_VISIBLE_DEVICES" > {out}/{{rank}}; '
+    # Each rank writes its file under another name and renames it, so that
+    # rank 1 (which waits for the others' files) never sees one half written.
+    script = (f'echo "{{rank}} {{port}} $LOCAL_RANK $DORMANT_PORT $CUDA_VISIBLE_DEVICES" '
+              f'> {out}/{{rank}}.tmp && mv {out}/{{rank}}.tmp {out}/{{rank}}; '
               f'if [ {{rank}} = 1 ]; then '
               f'  while [ ! -e {out}/0 ] || [ ! -e {out}/2 ]; do sleep 0.02; done; exit 3; '
               f'fi; exec sleep 120')

@@ -352,6 +352,9 @@ Test(metrics, every_family_parses_and_says_what_happened)
 	cr_assert_eq(must(&expo, "dormant_tag_state", "tag=weights,state=asleep"), 0);
 	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=sleep,result=ok"), 0);
 	cr_assert(!value_of(&expo, "dormant_last_transition_success", "kind=sleep", &(double){0}));
+	/* awake, 2 tags of TEST_TAG_BYTES mapped: free is not the total */
+	cr_assert_eq(must(&expo, "dormant_gpu_free_bytes", "device=0"),
+		     must(&expo, "dormant_gpu_total_bytes", "device=0") - 2.0 * TEST_TAG_BYTES);
 
 	http_post(&f, "/sleep", NULL, &r);
 	http_response_free(&r);
@@ -383,6 +386,10 @@ Test(metrics, every_family_parses_and_says_what_happened)
 	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=sleep,result=noop"), 1);
 	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=sleep,result=failed"), 0);
 	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=wake,result=ok"), 0);
+	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=wake,result=noop"), 0,
+		     "a sleep's no-op counted as a wake's");
+	cr_assert_eq(must(&expo, "dormant_gpu_free_bytes", "device=0"),
+		     must(&expo, "dormant_gpu_total_bytes", "device=0"));
 	cr_assert_eq(must(&expo, "dormant_transition_running", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_steps_running", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_bytes_copied_total", "direction=to_host"),
@@ -400,10 +407,19 @@ Test(metrics, every_family_parses_and_says_what_happened)
 	http_post(&f, "/wake", NULL, &r);
 	cr_assert_eq(r.status, 503);
 	http_response_free(&r);
+	scrape(&f);
+	cr_assert_eq(must(&expo, "dormant_last_transition_success", "kind=wake"), 0,
+		     "a failed wake shows as a success");
+	cr_assert_eq(must(&expo, "dormant_last_transition_success", "kind=sleep"), 1);
+	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=wake,result=failed"), 1);
 	http_post(&f, "/wake", NULL, &r);
 	cr_assert_eq(r.status, 200);
 	http_response_free(&r);
+	http_post(&f, "/wake", NULL, &r); /* changes nothing */
+	http_response_free(&r);
 	scrape(&f);
+	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=wake,result=noop"), 1);
+	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=sleep,result=noop"), 1);
 	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=wake,result=failed"), 1);
 	cr_assert_eq(must(&expo, "dormant_transitions_total", "kind=wake,result=ok"), 1);
 	cr_assert_eq(must(&expo, "dormant_last_transition_success", "kind=wake"), 1);

@@ -172,11 +172,25 @@ def test_reads(daemon):
     assert doc['backend'] == 'host'
     assert {t['tag']: t['policy'] for t in doc['tags']} == {'weights': 'keep', 'grads': 'discard'}
     assert doc['extra']['verifications'] == 0
-    daemon.request('GET', '/stats?pretty')
-    daemon.request('GET', '/stats?pretty=1')
-    _, text = daemon.request('GET', '/metrics')
+    # ?pretty indents the same document; plain /stats is one compact line
+    _, compact = daemon.request('GET', '/stats', check_spec=False)
+    assert b'\n' not in compact.strip()
+    for query in ('pretty', 'pretty=1', 'pretty=true'):
+        response, doc = daemon.request('GET', '/stats?' + query)
+        assert response.status == 200
+        assert doc['backend'] == 'host' and doc['extra']['verifications'] == 0
+        _, raw = daemon.request('GET', '/stats?' + query, check_spec=False)
+        assert raw.startswith(b'{\n  "'), raw[:40]
+        assert json.loads(raw).keys() == json.loads(compact).keys()
+    response, _ = daemon.request('GET', '/stats?pretty=0', check_spec=False)
+    assert response.status == 200
+    response, _ = daemon.request('GET', '/stats?pretty=maybe')
+    assert response.status == 400
+    response, text = daemon.request('GET', '/metrics')
+    assert response.status == 200
     assert 'dormant_demo_verifications_total 0\n' in text
     response, text = daemon.request('GET', '/openapi.yaml')
+    assert response.status == 200
     assert text.encode() == SPEC_BYTES
 
 

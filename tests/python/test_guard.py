@@ -4,6 +4,7 @@ waits for the running step. No wall-clock assertions: the checks look at
 states and events, and a wait that would pass by being slow cannot make a
 correct guard fail."""
 import threading
+import time
 
 import pytest
 
@@ -57,6 +58,11 @@ def test_sleep_waits_for_running_step(mgr):
             leave_step.wait(60)
             # Still inside the step: the memory must still be there.
             results["data"] = mgr.copy_to_host(w, MiB)
+            # Hold the step a while longer after the sleep started: the
+            # sleep's guard wait must cover at least this much.
+            start = time.monotonic()
+            threading.Event().wait(0.2)
+            results["held_s"] = time.monotonic() - start
 
     def orchestrator():
         results["report"] = mgr.sleep()
@@ -75,7 +81,9 @@ def test_sleep_waits_for_running_step(mgr):
     o.join(30)
     assert results["data"] == b"\x5a" * MiB
     assert results["report"]["state"] == "asleep"
-    assert results["report"]["guard_wait_s"] > 0
+    # Any sleep reports some guard wait; this one waited for the step (half of
+    # the hold: the sleep may have reached the guard a little after it began).
+    assert results["report"]["guard_wait_s"] >= results["held_s"] / 2
     mgr.wake()
 
 
@@ -164,3 +172,31 @@ def test_step_is_a_decorator(mgr):
     train()
     assert calls == [1, 1]
     assert mgr.stats()["steps_running"] == 0
+
+
+def test_step_leaves_the_guard_when_the_step_raises():
+    """An exception inside a step must leave the guard too: else the next
+    sleep waits for a step that ended long ago and fails busy."""
+    with dormant.Manager(backend="host", host_device_bytes=64 * MiB,
+                         guard_timeout_ms=200) as m:
+        w = m.alloc("w", MiB)
+        m.copy_to_device(w, b"\x22" * MiB)
+
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom):
+            with m.step():
+                raise Boom()
+        assert m.stats()["steps_running"] == 0
+
+        @m.step()
+        def train():
+            raise Boom()
+
+        with pytest.raises(Boom):
+            train()
+        assert m.stats()["steps_running"] == 0
+        assert m.sleep()["state"] == "asleep"  # no step holds the guard
+        m.wake()
+        assert m.copy_to_host(w, MiB) == b"\x22" * MiB

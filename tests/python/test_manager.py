@@ -112,6 +112,20 @@ def test_sleep_some_tags(mgr):
     mgr.wake()
 
 
+def test_one_tag_as_a_string_is_one_name(mgr):
+    """sleep("weights") is the tag "weights", not the tags "w", "e", ..."""
+    w = mgr.alloc("weights", MiB)
+    mgr.alloc("grads", MiB)
+    mgr.copy_to_device(w, pattern(MiB, 5))
+    report = mgr.sleep("weights")
+    assert [t["tag"] for t in report["tags"]] == ["weights"]
+    states = {t["tag"]: t["state"] for t in mgr.stats()["tags"]}
+    assert states == {"weights": "asleep", "grads": "awake"}
+    report = mgr.wake("weights")
+    assert [t["tag"] for t in report["tags"]] == ["weights"]
+    assert mgr.copy_to_host(w, MiB) == pattern(MiB, 5)
+
+
 def test_noop_transitions(mgr):
     mgr.alloc("weights", MiB)
     report = mgr.wake()

@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Guarantees that a mutation run found unprotected (issue 11 section 3), each
+ * with a test that fails when the guarantee is broken (docs/testing.md lists
+ * the mutations tried). Host backend only: these look at the process's real
+ * memory and at the host backend's deferred streams.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dormant.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static struct dormant *manager_with(enum dormant_host_mode mode, int devices)
+{
+	struct dormant_options o = {
+		.backend = "host",
+		.host_mode = mode,
+		.chunk_bytes = 4 * MiB,
+		.staging_bytes = 8 * MiB,
+		.guard_timeout_ms = 5000,
+		.copy_threads = 2,
+		.host_devices = devices,
+		.host_device_bytes = 512 * MiB,
+	};
+	struct dormant *m = NULL;
+
+	cr_assert_eq(dormant_new(&o, &m), 0, "dormant_new: %s", dormant_last_error());
+	return m;
+}
+
+static void *alloc_on(struct dormant *m, const char *tag, size_t size, int device)
+{
+	void *p = NULL;
+
+	cr_assert_eq(dormant_alloc_on(m, tag, size, device, &p), 0, "alloc %zu under %s: %s", size,
+		     tag, dormant_last_error());
+	return p;
+}
+
+static void pattern_make(uint8_t *buf, size_t size, uint64_t seed)
+{
+	uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < size; i++) {
+		z ^= z << 13;
+		z ^= z >> 7;
+		z ^= z << 17;
+		buf[i] = (uint8_t)z;
+	}
+}
+
+static void fill(struct dormant *m, void *dev, size_t size, uint64_t seed)
+{
+	uint8_t *buf = malloc(size);
+
+	cr_assert_not_null(buf);
+	pattern_make(buf, size, seed);
+	cr_assert_eq(dormant_copy_to_device(m, dev, buf, size), 0, "%s", dormant_last_error());
+	free(buf);
+}
+
+/* seed 0: zeros */
+static bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed)
+{
+	uint8_t *want = calloc(1, size), *got = malloc(size);
+	bool same;
+
+	cr_assert(want && got);
+	if (seed)
+		pattern_make(want, size, seed);
+	cr_assert_eq(dormant_copy_to_host(m, got, dev, size), 0, "%s", dormant_last_error());
+	same = memcmp(want, got, size) == 0;
+	free(want);
+	free(got);
+	return same;
+}
+
+static struct dormant_stats *stats(struct dormant *m)
+{
+	static struct dormant_stats s;
+
+	cr_assert_eq(dormant_stats_get(m, &s), 0, "%s", dormant_last_error());
+	return &s;
+}
+
+static void expect_all(struct dormant *m, enum dormant_state state)
+{
+	struct dormant_stats *s = stats(m);
+
+	for (size_t i = 0; i < s->tag_count; i++)
+		cr_expect_eq(s->tags[i].state, state, "tag %s is %s", s->tags[i].tag,
+			     dormant_state_name(s->tags[i].state));
+}
+
+/* The simulated devices' used bytes equal what the manager has mapped. */
+static void expect_no_device_leak(struct dormant *m)
+{
+	struct dormant_stats *s = stats(m);
+
+	for (size_t i = 0; i < s->device_count; i++)
+		cr_expect_eq(s->devices[i].total_bytes - s->devices[i].free_bytes,
+			     s->devices[i].managed_bytes, "device %d: used %llu, managed %llu",
+			     s->devices[i].ordinal,
+			     (unsigned long long)(s->devices[i].total_bytes - s->devices[i].free_bytes),
+			     (unsigned long long)s->devices[i].managed_bytes);
+}
+
+/* Release mode gives host copies back on a worker thread: wait for that (a
+ * copy that is never given back times out here and fails). */
+static uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
+{
+	uint64_t got = 0;
+
+	for (int i = 0; i < 1000; i++) {
+		got = stats(m)->host_bytes;
+		if (got == want)
+			break;
+		usleep(10000);
+	}
+	return got;
+}
+
+static long rss_bytes(void)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
+	fclose(f);
+	return resident * sysconf(_SC_PAGESIZE);
+}
+
+/* ---- release mode gives host memory back --------------------------------- */
+
+/*
+ * A sleep that fails at a copy (or a host allocation) and rolls back must give
+ * its host copies back then, in release mode: the accounting drops to zero
+ * and the pages leave the process, before any further cycle.
+ */
+Test(release, a_rolled_back_sleep_gives_its_host_copies_back_at_once, .timeout = 120)
+{
+	static const enum dormant_fault_op ops[] = { DORMANT_FAULT_COPY,
+						     DORMANT_FAULT_HOST_ALLOC };
+	const size_t size = 32 * MiB; /* 8 chunks */
+
+	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+		int failures = 0;
+
+		for (unsigned n = 2; n < 100; n++) {
+			struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 1);
+			void *w = alloc_on(m, "weights", size, 0);
+			long awake;
+			int r;
+
+			fill(m, w, size, 7);
+			awake = rss_bytes();
+			cr_assert_eq(dormant_debug_inject_fault(m, ops[o], n, -EIO, false), 0);
+			r = dormant_sleep(m, NULL, NULL);
+			dormant_debug_inject_fault(m, ops[o], 0, 0, false);
+			if (r == 0) {
+				dormant_destroy(m);
+				break;
+			}
+			failures++;
+			cr_expect_eq(r, -EIO, "op %d, n %u: %s", ops[o], n, dormant_last_error());
+			expect_all(m, DORMANT_AWAKE);
+			cr_expect_eq(host_bytes_settled(m, 0), 0,
+				     "op %d, n %u: host copies kept after the rollback", ops[o], n);
+			cr_expect_lt(rss_bytes() - awake, (long)size / 4,
+				     "op %d, n %u: RSS %ld awake, %ld after the rollback", ops[o], n,
+				     awake, rss_bytes());
+			cr_expect(holds(m, w, size, 7), "op %d, n %u: weights lost", ops[o], n);
+			dormant_destroy(m);
+		}
+		cr_expect_geq(failures, 3, "op %d: only %d failing sleeps", ops[o], failures);
+	}
+}
+
+/*
+ * After a wake, release mode holds no host copy: not in its accounting and
+ * not in the process's resident memory either. Retain mode, measured the same
+ * way, keeps its copy resident (so the measurement can see one).
+ */
+Test(release, host_copies_leave_the_process_after_wake)
+{
+	const size_t size = 64 * MiB;
+
+	for (int retain = 0; retain < 2; retain++) {
+		struct dormant *m =
+			manager_with(retain ? DORMANT_HOST_RETAIN : DORMANT_HOST_RELEASE, 1);
+		void *w = alloc_on(m, "weights", size, 0);
+		long awake, woken;
+
+		fill(m, w, size, 9);
+		awake = rss_bytes();
+		for (int cycle = 0; cycle < 2; cycle++) {
+			cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+			cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+		}
+		if (retain) {
+			woken = rss_bytes();
+			cr_expect_geq(stats(m)->host_bytes, size);
+			cr_expect_geq(woken - awake, (long)size * 9 / 10,
+				      "retain: RSS %ld awake, %ld after two cycles", awake, woken);
+		} else {
+			cr_expect_eq(host_bytes_settled(m, 0), 0);
+			woken = rss_bytes();
+			cr_expect_lt(woken - awake, (long)size / 4,
+				     "release: RSS %ld awake, %ld after two cycles: the host copy "
+				     "is still mapped",
+				     awake, woken);
+		}
+		cr_expect(holds(m, w, size, 9));
+		dormant_destroy(m);
+	}
+}
+
+/* ---- several devices ----------------------------------------------------- */
+
+/*
+ * With two devices, a copy fault on either (swept over every copy of the
+ * sleep) fails the whole sleep and rolls both back: a success on the other
+ * device must not hide it.
+ */
+Test(devices, a_failure_on_one_device_rolls_back_both, .timeout = 120)
+{
+	const size_t size = 8 * MiB; /* 2 chunks on each device */
+	int failures = 0;
+
+	for (unsigned n = 1; n < 100; n++) {
+		struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 2);
+		void *w[2], *g[2];
+		int r;
+
+		dormant_set_policy(m, "grads", DORMANT_DISCARD);
+		for (int d = 0; d < 2; d++) {
+			w[d] = alloc_on(m, "weights", size, d);
+			g[d] = alloc_on(m, "grads", size, d);
+			fill(m, w[d], size, 20 + d);
+			fill(m, g[d], size, 30 + d);
+		}
+		cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_COPY, n, -EIO, false), 0);
+		r = dormant_sleep(m, NULL, NULL);
+		dormant_debug_inject_fault(m, DORMANT_FAULT_COPY, 0, 0, false);
+		if (r == 0) {
+			dormant_destroy(m);
+			break;
+		}
+		failures++;
+		cr_expect_eq(r, -EIO, "n %u: %s", n, dormant_last_error());
+		expect_all(m, DORMANT_AWAKE);
+		cr_expect_eq(stats(m)->device_count, 2);
+		for (size_t i = 0; i < stats(m)->device_count; i++)
+			cr_expect_eq(stats(m)->devices[i].managed_bytes, 2 * size,
+				     "n %u: device %zu not rolled back", n, i);
+		expect_no_device_leak(m);
+		cr_expect_eq(host_bytes_settled(m, 0), 0, "n %u", n);
+		for (int d = 0; d < 2; d++)
+			cr_expect(holds(m, w[d], size, 20 + d), "n %u: weights on device %d lost", n,
+				  d);
+		cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "n %u: %s", n, dormant_last_error());
+		cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "n %u: %s", n, dormant_last_error());
+		for (int d = 0; d < 2; d++) {
+			cr_expect(holds(m, w[d], size, 20 + d), "n %u: device %d", n, d);
+			cr_expect(holds(m, g[d], size, 0), "n %u: device %d", n, d);
+		}
+		dormant_destroy(m);
+	}
+	/* 2 chunks each: copies 1-2 on device 0, 3-4 on device 1 */
+	cr_expect_eq(failures, 4, "%d failing sleeps", failures);
+}
+
+/* A wake that fails on the second device leaves both asleep and unmapped. */
+Test(devices, a_wake_failing_on_one_device_leaves_both_asleep)
+{
+	const size_t size = 8 * MiB;
+	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 2);
+	void *w[2];
+
+	for (int d = 0; d < 2; d++) {
+		w[d] = alloc_on(m, "weights", size, d);
+		fill(m, w[d], size, 50 + d);
+	}
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	/* creates 1-2 map device 0, 3-4 device 1 */
+	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_CREATE, 3, -ENOMEM, false), 0);
+	cr_expect_eq(dormant_wake(m, NULL, NULL), -ENOMEM);
+	expect_all(m, DORMANT_ASLEEP);
+	for (size_t i = 0; i < stats(m)->device_count; i++)
+		cr_expect_eq(stats(m)->devices[i].managed_bytes, 0, "device %zu still mapped", i);
+	expect_no_device_leak(m);
+	cr_expect_geq(stats(m)->host_bytes, 2 * size);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	for (int d = 0; d < 2; d++)
+		cr_expect(holds(m, w[d], size, 50 + d), "device %d", d);
+	dormant_destroy(m);
+}
+
+/* ---- deferred device work ------------------------------------------------ */
+
+static void deferred(void)
+{
+	setenv("DORMANT_HOST_DEFER_STREAMS", "1", 1);
+}
+
+/*
+ * A write still queued on the device (a trainer's kernel not finished when
+ * its step ended) must be in the copy: a sleep synchronizes the device before
+ * it copies. The host backend's deferred streams run such a write only at a
+ * synchronize.
+ */
+Test(deferred, sleep_synchronizes_the_device_before_copying, .init = deferred)
+{
+	const size_t size = 8 * MiB;
+	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 1);
+	void *w = alloc_on(m, "weights", size, 0);
+	uint8_t *late = malloc(size);
+
+	cr_assert_not_null(late);
+	fill(m, w, size, 60);
+	pattern_make(late, size, 61);
+	cr_assert_eq(dormant_debug_defer_write(m, w, late, size), 0, "%s", dormant_last_error());
+	free(late);
+	cr_expect(holds(m, w, size, 60), "the deferred write landed before any synchronize");
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, w, size, 61), "the sleep copied before the device's work was done");
+	dormant_destroy(m);
+}
+
+/* With deferred streams a whole cycle still restores and zero-fills: the
+ * engine waits for each piece of its own work before it relies on it. */
+Test(deferred, a_cycle_waits_for_its_own_copies_and_zero_fills, .init = deferred)
+{
+	const size_t size = 9 * MiB + 100;
+	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 1);
+	void *w, *g;
+
+	dormant_set_policy(m, "grads", DORMANT_DISCARD);
+	w = alloc_on(m, "weights", size, 0);
+	g = alloc_on(m, "grads", size, 0);
+	for (int cycle = 0; cycle < 3; cycle++) {
+		fill(m, w, size, 70 + cycle);
+		fill(m, g, size, 80 + cycle);
+		cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+		cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+		cr_expect(holds(m, w, size, 70 + cycle), "cycle %d: weights", cycle);
+		cr_expect(holds(m, g, size, 0), "cycle %d: grads not zero-filled", cycle);
+	}
+	dormant_destroy(m);
+}
+
+Test(deferred, deferred_writes_need_deferred_streams)
+{
+	struct dormant *m;
+	void *w;
+	char byte = 1;
+
+	unsetenv("DORMANT_HOST_DEFER_STREAMS");
+	m = manager_with(DORMANT_HOST_RELEASE, 1);
+	w = alloc_on(m, "weights", 4 * MiB, 0);
+	cr_expect_eq(dormant_debug_defer_write(m, w, &byte, 1), -ENOTSUP);
+	cr_expect_eq(dormant_debug_defer_write(m, &byte, &byte, 1), -EINVAL);
+	dormant_destroy(m);
+}
