@@ -58,7 +58,7 @@ static int rule_parse(char *text, struct fault_rule *rule)
 		return error_set(-EINVAL, "fault rule: '%.32s' is not sleep, wake or any", fields[0]);
 	rule->op = DORMANT_FAULT_OPS;
 	for (int op = 0; op < DORMANT_FAULT_OPS; op++)
-		if (strcmp(fields[1], op_names[op]) == 0)
+		if (op_names[op] && strcmp(fields[1], op_names[op]) == 0)
 			rule->op = (enum dormant_fault_op)op;
 	if (rule->op == DORMANT_FAULT_OPS)
 		return error_set(-EINVAL, "fault rule: '%.32s' is not create, map, copy or host-alloc",
