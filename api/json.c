@@ -92,7 +92,7 @@ static json_t *text(const char *s, size_t max)
 
 static json_t *tag_change_json(const struct dormant_tag_change *c)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
 			 "tag", c->tag,
 			 "policy", dormant_policy_name(c->policy),
 			 "before", dormant_state_name(c->before),
@@ -101,7 +101,8 @@ static json_t *tag_change_json(const struct dormant_tag_change *c)
 			 "bytes_copied", count_json(c->bytes_copied),
 			 "bytes_released", count_json(c->bytes_released),
 			 "bytes_mapped", count_json(c->bytes_mapped),
-			 "bytes_zeroed", count_json(c->bytes_zeroed));
+			 "bytes_zeroed", count_json(c->bytes_zeroed),
+			 "bytes_skipped", count_json(c->bytes_skipped));
 }
 
 json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, const char *state)
@@ -120,7 +121,7 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 		}
 	}
 	/* json_pack steals tags ("o") even when it fails. */
-	report = json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	report = json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			   "action", kind_name(kind),
 			   "result", api_result_name(rep->result),
 			   "changed", changed,
@@ -131,6 +132,7 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 			   "bytes_released", count_json(rep->bytes_released),
 			   "bytes_mapped", count_json(rep->bytes_mapped),
 			   "bytes_zeroed", count_json(rep->bytes_zeroed),
+			   "bytes_skipped", count_json(rep->bytes_skipped),
 			   "copy_gbps", real(rep->copy_gbps),
 			   "tags", tags);
 	if (!report)
@@ -150,7 +152,7 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 
 	if (!t->valid)
 		return json_null();
-	o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 		      "result", api_result_name(t->result),
 		      "started_unix_s", real(t->started_unix_s),
 		      "duration_s", real(t->duration_s),
@@ -158,6 +160,7 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 		      "bytes_released", count_json(t->bytes_released),
 		      "bytes_mapped", count_json(t->bytes_mapped),
 		      "bytes_zeroed", count_json(t->bytes_zeroed),
+		      "bytes_skipped", count_json(t->bytes_skipped),
 		      "copy_gbps", real(t->copy_gbps));
 	if (o && t->result < 0 &&
 	    json_object_set_new(o, "error", text(t->error, sizeof(t->error))) < 0) {
@@ -207,7 +210,7 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 			goto err;
 
 	o = json_pack("{s:s, s:s, s:b, s:o, s:s, s:b, s:I, s:o, s:{s:o, s:o, s:o, s:o, s:o}, "
-		      "s:o, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:o, s:o}",
+		      "s:o, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:o, s:o}",
 		      "backend", st->backend,
 		      "host_mode", dormant_host_mode_name(st->host_mode),
 		      "healthy", st->healthy,
@@ -234,6 +237,7 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 		      "bytes_to_device_total", count_json(st->bytes_to_device_total),
 		      "bytes_released_total", count_json(st->bytes_released_total),
 		      "bytes_zeroed_total", count_json(st->bytes_zeroed_total),
+		      "bytes_skipped_total", count_json(st->bytes_skipped_total),
 		      "last_sleep", last_transition_json(&st->last_sleep),
 		      "last_wake", last_transition_json(&st->last_wake));
 	/* json_pack has consumed tags and devices, failed or not */

@@ -185,9 +185,14 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	value_u64(f, st->bytes_released_total);
 
 	family(f, "dormant_bytes_zeroed_total", "counter",
-	       "Device bytes of discarded tags zero-filled by wakes.");
+	       "Device bytes zero-filled by wakes (discarded memory, ranges marked unused).");
 	fputs("dormant_bytes_zeroed_total", f);
 	value_u64(f, st->bytes_zeroed_total);
+
+	family(f, "dormant_bytes_skipped_total", "counter",
+	       "Kept bytes that sleeps did not copy because they were marked unused.");
+	fputs("dormant_bytes_skipped_total", f);
+	value_u64(f, st->bytes_skipped_total);
 
 	family(f, "dormant_last_transition_timestamp_seconds", "gauge",
 	       "Unix time at which the last sleep or wake that ran ended.");

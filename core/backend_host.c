@@ -55,6 +55,10 @@ struct host_event {
 	uint64_t seq;
 };
 
+struct pinned_range {
+	uintptr_t start, end;
+};
+
 struct host_backend {
 	struct backend base;
 	int devices;
@@ -67,6 +71,11 @@ struct host_backend {
 	uint64_t next_stream_id;
 	/* stands for the trainer's own stream, for dormant_debug_defer_write() */
 	struct host_stream *default_stream[DORMANT_DEVICES_MAX];
+	/* Pinned host ranges, as the driver would know them: a copy must not
+	 * span two of them (cuMemcpy cannot), which the copies check. */
+	pthread_mutex_t pin_lock;
+	struct pinned_range *pinned;
+	size_t pinned_count, pinned_capacity;
 };
 
 static struct host_backend *host(struct backend *b)
@@ -169,6 +178,8 @@ static void host_destroy(struct backend *b)
 		stream_free(s);
 	}
 	pthread_mutex_destroy(&h->lock);
+	pthread_mutex_destroy(&h->pin_lock);
+	free(h->pinned);
 	free(b);
 }
 
@@ -296,17 +307,58 @@ static int host_mem_unmap(struct backend *b, int device, uintptr_t va, size_t si
 
 static int host_host_pin(struct backend *b, void *ptr, size_t size)
 {
-	(void)b;
-	(void)ptr;
-	(void)size;
-	return 0;
+	struct host_backend *h = host(b);
+	int r = 0;
+
+	pthread_mutex_lock(&h->pin_lock);
+	if (h->pinned_count == h->pinned_capacity) {
+		size_t capacity = h->pinned_capacity ? h->pinned_capacity * 2 : 64;
+		struct pinned_range *grown = realloc(h->pinned, capacity * sizeof(*grown));
+
+		if (!grown)
+			r = error_set(-ENOMEM, "out of host memory");
+		else {
+			h->pinned = grown;
+			h->pinned_capacity = capacity;
+		}
+	}
+	if (r == 0)
+		h->pinned[h->pinned_count++] = (struct pinned_range){
+			.start = (uintptr_t)ptr, .end = (uintptr_t)ptr + size };
+	pthread_mutex_unlock(&h->pin_lock);
+	return r;
 }
 
 static int host_host_unpin(struct backend *b, void *ptr)
 {
-	(void)b;
-	(void)ptr;
+	struct host_backend *h = host(b);
+
+	pthread_mutex_lock(&h->pin_lock);
+	for (size_t i = 0; i < h->pinned_count; i++)
+		if (h->pinned[i].start == (uintptr_t)ptr) {
+			h->pinned[i] = h->pinned[--h->pinned_count];
+			break;
+		}
+	pthread_mutex_unlock(&h->pin_lock);
 	return 0;
+}
+
+/* A copy from or to pinned memory stays inside one pinned range. */
+static int check_pinned_span(struct backend *b, const void *ptr, size_t size)
+{
+	struct host_backend *h = host(b);
+	uintptr_t p = (uintptr_t)ptr;
+	int r = 0;
+
+	pthread_mutex_lock(&h->pin_lock);
+	for (size_t i = 0; i < h->pinned_count; i++)
+		if (p >= h->pinned[i].start && p < h->pinned[i].end && p + size > h->pinned[i].end)
+			r = error_set(-EINVAL,
+				      "a copy of %zu bytes at %p spans two pinned ranges "
+				      "(one cuMemcpy cannot)",
+				      size, ptr);
+	pthread_mutex_unlock(&h->pin_lock);
+	return r;
 }
 
 static int host_stream_create(struct backend *b, int device, void **ret)
@@ -401,14 +453,22 @@ static int host_event_wait(struct backend *b, int device, void *event)
 static int host_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
 			     void *stream)
 {
+	int r = check_pinned_span(b, dst, size);
+
 	(void)device;
+	if (r < 0)
+		return r;
 	return stream_issue(host(b), stream, dst, (const void *)src, size, NULL);
 }
 
 static int host_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
 			       size_t size, void *stream)
 {
+	int r = check_pinned_span(b, src, size);
+
 	(void)device;
+	if (r < 0)
+		return r;
 	return stream_issue(host(b), stream, (void *)dst, src, size, NULL);
 }
 
@@ -541,6 +601,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->capacity = capacity;
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
 	pthread_mutex_init(&h->lock, NULL);
+	pthread_mutex_init(&h->pin_lock, NULL);
 	atomic_store(&h->active[0], true);
 	*ret = &h->base;
 	return 0;

@@ -5,10 +5,13 @@
  *
  * The manager owns device allocations grouped by tag. Sleeping a tag releases
  * its physical device memory while its virtual address range stays reserved:
- * tags with policy DORMANT_KEEP are first copied to host memory, tags with
- * policy DORMANT_DISCARD are released with no copy at all. Waking maps fresh
- * physical memory at the same addresses, restores DORMANT_KEEP tags and
- * zero-fills DORMANT_DISCARD tags. Pointers never change.
+ * memory with policy DORMANT_KEEP is first copied to host memory (only its
+ * live bytes: not what dormant_mark_unused() marked), memory with policy
+ * DORMANT_DISCARD or DORMANT_REBUILD is released with no copy at all. Waking
+ * maps fresh physical memory at the same addresses, restores DORMANT_KEEP
+ * memory, zero-fills the rest, then runs the rebuild callbacks of
+ * DORMANT_REBUILD tags. A policy belongs to a tag, and an allocation may have
+ * one of its own (dormant_alloc_policy()). Pointers never change.
  *
  * Conventions, for every function below unless its comment says otherwise:
  *  - it returns 0 (or a count) on success and a negative errno on failure;
@@ -50,7 +53,15 @@ struct dormant;
 enum dormant_policy {
 	DORMANT_KEEP = 0,    /* copy to host on sleep, restore on wake */
 	DORMANT_DISCARD = 1, /* no host copy; zero-filled on wake */
+	/* No host copy; on wake zero-filled, then refilled by the tag's rebuild
+	 * callback (dormant_set_rebuild()) once the wake's KEEP memory is back. */
+	DORMANT_REBUILD = 2,
 };
+
+/* Where a per-allocation policy is asked for (dormant_alloc_policy(),
+ * dormant_set_thread_policy()): "follow the tag's policy", also when the
+ * tag's policy changes later. */
+#define DORMANT_POLICY_TAG (-1)
 
 enum dormant_state {
 	DORMANT_AWAKE = 0,
@@ -143,9 +154,11 @@ DORMANT_EXPORT int dormant_device_count(struct dormant *m);
 
 /*
  * Set the policy of a tag, creating the tag if needed. A tag never set is
- * DORMANT_KEEP. Returns -EINVAL for a bad tag or policy, -ENOSPC when the tag
- * table is full, -EBUSY while the tag is not awake (its policy decides how
- * its memory sleeps and wakes, so it may change only while awake).
+ * DORMANT_KEEP. The policy is that of the tag's allocations that follow the
+ * tag (all but those made with a policy of their own, dormant_alloc_policy()).
+ * Returns -EINVAL for a bad tag or policy, -ENOSPC when the tag table is
+ * full, -EBUSY while the tag is not awake (its policy decides how its memory
+ * sleeps and wakes, so it may change only while awake).
  */
 DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *tag,
 				      enum dormant_policy policy);
@@ -167,11 +180,75 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t s
 				    int device, void **ret_ptr);
 
 /*
+ * As dormant_alloc_on(), with a policy of the allocation's own: one tag may
+ * hold both kept and discarded memory, and a sleep or wake of the tag covers
+ * both (DORMANT_KEEP memory is copied and restored, DORMANT_DISCARD memory is
+ * released without a copy and zero-filled on wake). policy is DORMANT_KEEP,
+ * DORMANT_DISCARD, or DORMANT_POLICY_TAG (what dormant_alloc() does: the
+ * memory follows the tag's policy, also when dormant_set_policy() changes it
+ * later; an allocation with a policy of its own keeps it whatever the tag's
+ * becomes). Small allocations share slabs only with allocations of the same
+ * tag, device and asked-for policy. Returns -EINVAL for another policy, and
+ * the errors of dormant_alloc_on().
+ */
+DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *tag, int policy,
+					size_t size, int device, void **ret_ptr);
+
+/*
  * Free an allocation in any state, asleep too (its host copy is dropped).
  * During a transition of its tag the memory is given back when the
  * transition ends. Returns -EINVAL for a pointer the manager did not hand out.
  */
 DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr);
+
+/*
+ * [ptr, ptr + size) of a managed allocation (a dedicated one or a slab's
+ * sub-allocation; any alignment, across chunk boundaries) holds nothing that
+ * must survive the next sleep: that sleep copies none of it (its host copy
+ * holds only the other bytes, so no host memory either) and the wake after
+ * it zero-fills it. The PyTorch glue marks the blocks its caching allocator
+ * holds free. Marks add up; they last until the next wake that succeeds
+ * (also one that changes nothing, or wakes other tags: the marks of every
+ * tag awake then are dropped) or a free of the allocation; a sleep that
+ * fails and rolls back keeps them (they stand for its retry). They only
+ * matter for DORMANT_KEEP memory. Each run of kept bytes between marks is
+ * at least one copy, so many small marks cost copies: mark what is large.
+ * Returns -EINVAL for a range not inside one allocation of this manager,
+ * -EBUSY while its tag is not awake, -ENOMEM.
+ */
+DORMANT_EXPORT int dormant_mark_unused(struct dormant *m, void *ptr, size_t size);
+
+/*
+ * A DORMANT_REBUILD tag's callback: refill the tag's memory from other
+ * memory (bf16 weights from fp32 master params, say). Return 0, or non-zero
+ * to fail the wake.
+ */
+typedef int (*dormant_rebuild_fn)(struct dormant *m, const char *tag, void *userdata);
+
+/*
+ * Set the rebuild callback of a tag (creating the tag if needed; fn NULL
+ * removes it). It is used while the tag's policy is DORMANT_REBUILD: a sleep
+ * releases the tag's memory without a copy (after the KEEP copies of that
+ * sleep are done, so that a failed sleep rolls back with it intact), and a
+ * wake, after every KEEP chunk of that wake is restored, runs fn once per
+ * rebuild tag it wakes, in the order of the tags asked for, with the tag
+ * mapped and zero-filled. fn runs on the thread running the wake, without
+ * the manager lock, while the tags of the wake are waking: it may call
+ * dormant_copy_to_device(), dormant_copy_to_host() (on those tags too) and
+ * dormant_stats_get(), or launch kernels on the memory, but not sleep or
+ * wake (-EBUSY), nor allocate under a waking tag (-EBUSY). A non-zero
+ * return fails the wake with -ECANCELED: every tag of that wake goes back
+ * to asleep, the KEEP tags with their host copies intact, and the same wake
+ * can be retried (it runs the callbacks again). Which tags a callback needs
+ * (the master params) is the caller's business: waking a rebuild tag
+ * without them, in an earlier wake or this one, is the caller's choice and
+ * the callback then reads whatever they hold. A rebuild tag without a
+ * callback wakes zero-filled, like DORMANT_DISCARD. Allocations of the tag
+ * with a policy of their own keep it (DORMANT_KEEP ones are restored before
+ * the callback runs). Returns -EINVAL for a bad tag, -ENOSPC.
+ */
+DORMANT_EXPORT int dormant_set_rebuild(struct dormant *m, const char *tag, dormant_rebuild_fn fn,
+				       void *userdata);
 
 /* Describes what one tag went through in a transition. */
 struct dormant_tag_change {
@@ -183,7 +260,8 @@ struct dormant_tag_change {
 	uint64_t bytes_copied;   /* between device and host */
 	uint64_t bytes_released; /* sleep: device bytes given back */
 	uint64_t bytes_mapped;   /* wake: device bytes mapped again */
-	uint64_t bytes_zeroed;   /* wake: discard bytes zero-filled */
+	uint64_t bytes_zeroed;   /* wake: bytes zero-filled (discarded, marked unused) */
+	uint64_t bytes_skipped;  /* sleep: kept bytes not copied, marked unused */
 };
 
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
@@ -197,6 +275,7 @@ struct dormant_report {
 	uint64_t bytes_released;
 	uint64_t bytes_mapped;
 	uint64_t bytes_zeroed;
+	uint64_t bytes_skipped;
 	double copy_gbps;           /* bytes_copied / copy time, 1e9 bytes/s */
 	size_t tag_count;           /* entries used in tags[] */
 	struct dormant_tag_change tags[DORMANT_TAGS_MAX];
@@ -221,7 +300,8 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
 
 /*
  * Wake tags: map fresh device memory at the same addresses, restore KEEP tags,
- * zero-fill DISCARD tags, synchronize, then run DORMANT_HOOK_AFTER_WAKE hooks
+ * zero-fill DISCARD and REBUILD tags (and ranges marked unused), synchronize,
+ * run the REBUILD tags' callbacks, then run DORMANT_HOOK_AFTER_WAKE hooks
  * and let waiting training steps in. Same tags/ret convention as
  * dormant_sleep(); tags already awake are reported unchanged.
  *
@@ -229,7 +309,10 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * cannot be had (typically another process still holds it): everything this
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
- * with the same guarantee.
+ * with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
+ * callback (dormant_set_rebuild()) refused, with the same guarantee. A wake
+ * that succeeds (also one that changes nothing) drops the marks of every
+ * awake tag (dormant_mark_unused()).
  */
 DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
 				struct dormant_report *ret);
@@ -239,13 +322,14 @@ DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
  * next failing call. */
 DORMANT_EXPORT const char *dormant_last_error(void);
 
-/* Constant strings: "keep"/"discard", "awake"/"sleeping"/"asleep"/"waking",
- * "retain"/"release". NULL for values out of range. */
+/* Constant strings: "keep"/"discard"/"rebuild",
+ * "awake"/"sleeping"/"asleep"/"waking", "retain"/"release". NULL for values
+ * out of range. */
 DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy);
 DORMANT_EXPORT const char *dormant_state_name(enum dormant_state state);
 DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode);
 
-/* Parse "keep"/"discard" into *ret. -EINVAL otherwise. */
+/* Parse "keep"/"discard"/"rebuild" into *ret. -EINVAL otherwise. */
 DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_policy *ret);
 
 /* ---- Statistics ---------------------------------------------------------- */
@@ -272,6 +356,7 @@ struct dormant_transition_stats {
 	uint64_t bytes_released;
 	uint64_t bytes_mapped;
 	uint64_t bytes_zeroed;
+	uint64_t bytes_skipped;  /* sleep: not copied, marked unused */
 	double copy_gbps;
 	char error[DORMANT_ERROR_MAX];
 };
@@ -321,6 +406,7 @@ struct dormant_stats {
 	uint64_t bytes_to_device_total;
 	uint64_t bytes_released_total;
 	uint64_t bytes_zeroed_total;
+	uint64_t bytes_skipped_total;   /* marked unused, so not copied */
 	struct dormant_transition_stats last_sleep;
 	struct dormant_transition_stats last_wake;
 	struct dormant_histogram sleep_seconds;
@@ -377,7 +463,8 @@ DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id);
 /*
  * Entry points for torch.cuda.memory.CUDAPluggableAllocator. They allocate on
  * the manager set with dormant_torch_set_manager(), under the calling
- * thread's tag (dormant_set_thread_tag(); "default" if none). On failure the
+ * thread's tag (dormant_set_thread_tag(); "default" if none) and with the
+ * calling thread's policy (dormant_set_thread_policy()). On failure the
  * malloc returns NULL (PyTorch raises out-of-memory) and the reason is in
  * dormant_last_error().
  */
@@ -393,6 +480,13 @@ DORMANT_EXPORT int dormant_set_thread_tag(const char *tag);
 
 /* Copy the calling thread's tag into buf (size >= DORMANT_TAG_MAX + 1). */
 DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size);
+
+/* Set the calling thread's policy for dormant_torch_malloc() allocations (see
+ * dormant_alloc_policy()): DORMANT_KEEP, DORMANT_DISCARD or DORMANT_POLICY_TAG
+ * (the default: follow the tag). -EINVAL otherwise, the policy unchanged. */
+DORMANT_EXPORT int dormant_set_thread_policy(int policy);
+/* The calling thread's policy for dormant_torch_malloc(). Never fails. */
+DORMANT_EXPORT int dormant_get_thread_policy(void);
 
 /* ---- Copies -------------------------------------------------------------- */
 

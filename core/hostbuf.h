@@ -20,6 +20,9 @@
  * On the H200 machine 256 MiB pinned fresh memory faster than 64 MiB or
  * 1 GiB (docs/benchmarks.md, "pinning sweep"). */
 #define HOSTBUF_PIN_PIECE (256 * MiB)
+/* A kept host copy (retain mode) larger than needed by more than this and a
+ * quarter is given back and allocated anew at the right size. */
+#define HOSTBUF_SLACK_BYTES (2 * MiB)
 
 struct hostbuf {
 	void *ptr;         /* NULL: no buffer */

@@ -29,6 +29,8 @@ DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy)
 		return "keep";
 	case DORMANT_DISCARD:
 		return "discard";
+	case DORMANT_REBUILD:
+		return "rebuild";
 	}
 	return NULL;
 }
@@ -67,8 +69,11 @@ DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_polic
 		*ret = DORMANT_KEEP;
 	else if (name && strcmp(name, "discard") == 0)
 		*ret = DORMANT_DISCARD;
+	else if (name && strcmp(name, "rebuild") == 0)
+		*ret = DORMANT_REBUILD;
 	else
-		return error_set(-EINVAL, "policy must be \"keep\" or \"discard\", not \"%s\"",
+		return error_set(-EINVAL,
+				 "policy must be \"keep\", \"discard\" or \"rebuild\", not \"%s\"",
 				 name ? name : "(null)");
 	return 0;
 }
@@ -295,6 +300,27 @@ DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *name,
 	return r;
 }
 
+DORMANT_EXPORT int dormant_set_rebuild(struct dormant *m, const char *name, dormant_rebuild_fn fn,
+				       void *userdata)
+{
+	struct tag *tag;
+	int r;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	r = tag_name_check(name);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	r = tag_get(m, name, &tag);
+	if (r == 0) {
+		tag->rebuild_fn = fn;
+		tag->rebuild_userdata = fn ? userdata : NULL;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
 /* ---- allocations --------------------------------------------------------- */
 
 /* Index of the first allocation whose ptr is > p. */
@@ -387,8 +413,11 @@ static void owner_unlink(struct alloc *a)
 
 void alloc_destroy(struct dormant *m, struct alloc *a)
 {
-	for (size_t i = 0; i < a->chunk_count; i++)
+	for (size_t i = 0; i < a->chunk_count; i++) {
 		engine_chunk_drop(&m->engine, a, &a->chunks[i]);
+		plan_finish(&a->chunks[i].plan);
+	}
+	marks_finish(&a->marks);
 	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0)
 		log_write(&m->log, DORMANT_LOG_WARNING, "freeing an address range: %s",
 			  dormant_last_error());
@@ -405,6 +434,28 @@ void chunk_update_data_bytes(struct alloc *a, struct chunk *c)
 	c->data_bytes = used > offset ? MIN(c->size, used - offset) : 0;
 }
 
+int chunk_plan(struct alloc *a, struct chunk *c)
+{
+	size_t offset = c->va - (uintptr_t)a->ptr;
+
+	chunk_update_data_bytes(a, c);
+	marks_normalize(&a->marks);
+	if (a->is_slab)
+		return plan_compute(&c->plan, offset, c->data_bytes, a->space.free,
+				    a->space.free_count, &a->marks);
+	return plan_compute(&c->plan, offset, c->data_bytes, NULL, 0, &a->marks);
+}
+
+void marks_drop_awake(struct dormant *m)
+{
+	for (size_t i = 0; i < m->tag_count; i++) {
+		if (m->tags[i]->state != DORMANT_AWAKE)
+			continue;
+		for (struct alloc *a = m->tags[i]->allocs; a; a = a->next)
+			marks_clear(&a->marks);
+	}
+}
+
 /* Give back what a user allocation holds (it is out of m->allocs already). */
 static void alloc_release(struct dormant *m, struct alloc *a)
 {
@@ -415,7 +466,11 @@ static void alloc_release(struct dormant *m, struct alloc *a)
 	if (a->slab) {
 		struct alloc *slab = a->slab;
 
-		slab_space_give(&slab->space, (uintptr_t)a->ptr - (uintptr_t)slab->ptr, a->size);
+		size_t offset = (uintptr_t)a->ptr - (uintptr_t)slab->ptr;
+
+		/* the range may be handed out again: its marks must not stay */
+		marks_remove(&slab->marks, offset, round_up(a->size, SLAB_ALIGN));
+		slab_space_give(&slab->space, offset, a->size);
 		free(a);
 		if (!slab_space_empty(&slab->space))
 			return;
@@ -441,7 +496,7 @@ static int granularity_get(struct dormant *m, int device, size_t *ret)
 	return 0;
 }
 
-static int alloc_map(struct dormant *m, struct tag *tag, size_t size, int device,
+static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size, int device,
 		     struct alloc **ret)
 {
 	struct backend *b = m->backend;
@@ -469,6 +524,7 @@ static int alloc_map(struct dormant *m, struct tag *tag, size_t size, int device
 	a->size = size;
 	a->reserved = reserved;
 	a->device = device;
+	a->policy = policy;
 	a->tag = tag;
 	a->chunk_count = count;
 	for (size_t i = 0; i < count; i++) {
@@ -498,21 +554,24 @@ err_free:
 	return r;
 }
 
-/* The size of a tag's next slab on a device: it grows with what the tag
- * already has there, so a few slabs hold many small allocations. */
-static size_t slab_next_size(struct dormant *m, struct tag *tag, int device, size_t size)
+/* The size of a tag's next slab on a device for a policy: it grows with what
+ * the tag already has there, so a few slabs hold many small allocations. */
+static size_t slab_next_size(struct dormant *m, struct tag *tag, int policy, int device,
+			     size_t size)
 {
 	size_t total = 0, next = SLAB_MIN_BYTES;
 
 	for (struct alloc *s = tag->slabs; s; s = s->slab_next)
-		if (s->device == device)
+		if (s->device == device && s->policy == policy)
 			total += s->reserved;
 	while (next < total && next < SLAB_MAX_BYTES)
 		next *= 2;
 	return MAX(next, round_up(size, m->granularity[device]));
 }
 
-static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int device,
+/* Slabs are keyed by (tag, device, asked-for policy): one slab's chunks
+ * sleep one way. A slab of DORMANT_POLICY_TAG follows the tag's policy. */
+static int slab_alloc(struct dormant *m, struct tag *tag, int policy, size_t size, int device,
 		      struct alloc **ret)
 {
 	struct alloc *slab, *a;
@@ -523,16 +582,16 @@ static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int devic
 	if (!a)
 		return error_set(-ENOMEM, "out of host memory");
 	for (slab = tag->slabs; slab; slab = slab->slab_next) {
-		if (slab->device != device)
+		if (slab->device != device || slab->policy != policy)
 			continue;
 		r = slab_space_take(&slab->space, size, &offset);
 		if (r != -ENOSPC)
 			break;
 	}
 	if (r == -ENOSPC) {
-		size_t slab_size = slab_next_size(m, tag, device, size);
+		size_t slab_size = slab_next_size(m, tag, policy, device, size);
 
-		r = alloc_map(m, tag, slab_size, device, &slab);
+		r = alloc_map(m, tag, policy, slab_size, device, &slab);
 		if (r < 0)
 			goto err_free;
 		slab->is_slab = true;
@@ -549,6 +608,7 @@ static int slab_alloc(struct dormant *m, struct tag *tag, size_t size, int devic
 	a->ptr = (char *)slab->ptr + offset;
 	a->size = size;
 	a->device = device;
+	a->policy = policy;
 	a->tag = tag;
 	a->slab = slab;
 	*ret = a;
@@ -559,8 +619,13 @@ err_free:
 	return r;
 }
 
-DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t size, int device,
-				    void **ret_ptr)
+static bool alloc_policy_valid(int policy)
+{
+	return policy == DORMANT_KEEP || policy == DORMANT_DISCARD || policy == DORMANT_POLICY_TAG;
+}
+
+DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int policy,
+					size_t size, int device, void **ret_ptr)
 {
 	struct tag *tag;
 	struct alloc *a = NULL;
@@ -573,6 +638,11 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 		return r;
 	if (size == 0)
 		return error_set(-EINVAL, "cannot allocate 0 bytes");
+	if (!alloc_policy_valid(policy))
+		return error_set(-EINVAL,
+				 "an allocation's policy must be keep (%d), discard (%d) or the "
+				 "tag's (%d), not %d",
+				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_POLICY_TAG, policy);
 	if (device < 0 || device >= m->backend->ops->device_count(m->backend))
 		return error_set(-ENODEV, "no device %d", device);
 
@@ -587,8 +657,8 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 	}
 	r = granularity_get(m, device, &(size_t){ 0 });
 	if (r == 0)
-		r = size <= SLAB_ALLOC_MAX ? slab_alloc(m, tag, size, device, &a)
-					   : alloc_map(m, tag, size, device, &a);
+		r = size <= SLAB_ALLOC_MAX ? slab_alloc(m, tag, policy, size, device, &a)
+					   : alloc_map(m, tag, policy, size, device, &a);
 	if (r < 0) {
 		error_prefix(r, "allocating %zu bytes under tag '%s' on device %d", size, name,
 			     device);
@@ -607,6 +677,12 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *name, size_t 
 out:
 	pthread_mutex_unlock(&m->lock);
 	return r;
+}
+
+DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t size, int device,
+				    void **ret_ptr)
+{
+	return dormant_alloc_policy(m, tag, DORMANT_POLICY_TAG, size, device, ret_ptr);
 }
 
 DORMANT_EXPORT int dormant_alloc(struct dormant *m, const char *tag, size_t size, void **ret_ptr)
@@ -639,6 +715,31 @@ DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr)
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_mark_unused(struct dormant *m, void *ptr, size_t size)
+{
+	struct alloc *a, *owner;
+	int r;
+
+	if (!m || !ptr)
+		return error_set(-EINVAL, "manager or ptr is NULL");
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, (uintptr_t)ptr, size);
+	if (!a || (size == 0 && (uintptr_t)ptr == (uintptr_t)a->ptr + a->size))
+		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
+			      ptr, size);
+	else if (a->tag->state != DORMANT_AWAKE)
+		r = error_set(-EBUSY, "tag '%s' is %s; marks are for the next sleep of an awake tag",
+			      a->tag->name, dormant_state_name(a->tag->state));
+	else {
+		owner = a->slab ? a->slab : a;
+		r = marks_add(&owner->marks, (uintptr_t)ptr - (uintptr_t)owner->ptr, size);
+		if (r < 0)
+			error_prefix(r, "marking %zu bytes at %p unused", size, ptr);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
 /* ---- copies -------------------------------------------------------------- */
 
 static int copy_sync(struct dormant *m, void *host, const void *device_ptr, size_t size,
@@ -656,7 +757,10 @@ static int copy_sync(struct dormant *m, void *host, const void *device_ptr, size
 	if (!a)
 		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
 			      device_ptr, size);
-	else if (a->tag->state != DORMANT_AWAKE)
+	else if (a->tag->state != DORMANT_AWAKE &&
+		 !(m->rebuilding && a->tag->state != DORMANT_ASLEEP))
+		/* rebuild callbacks copy into (and from) the tags of their
+		 * transition, which are mapped by then */
 		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
 			      dormant_state_name(a->tag->state));
 	else
@@ -731,6 +835,7 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->bytes_to_device_total = m->bytes_to_device_total;
 	ret->bytes_released_total = m->bytes_released_total;
 	ret->bytes_zeroed_total = m->bytes_zeroed_total;
+	ret->bytes_skipped_total = m->bytes_skipped_total;
 	ret->last_sleep = m->last_sleep;
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;

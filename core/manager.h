@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "dormant.h"
+#include "extent.h"
 #include "hostbuf.h"
 #include "slab.h"
 #include "transfer.h"
@@ -18,10 +19,11 @@
 struct chunk {
 	uintptr_t va;
 	size_t size;        /* physical bytes, a multiple of the granularity */
-	size_t data_bytes;  /* bytes of the allocation inside it: what a copy moves */
+	size_t data_bytes;  /* bytes of the allocation inside it */
 	uint64_t handle;    /* physical memory while mapped */
 	bool mapped;
-	bool host_valid;    /* host.ptr holds this chunk's data */
+	bool host_valid;    /* host.ptr holds this chunk's runs (plan) */
+	struct copy_plan plan; /* what the host copy holds (extent.h) */
 	struct hostbuf host;
 };
 
@@ -41,12 +43,17 @@ struct alloc {
 	size_t size;
 	size_t reserved;           /* address space of its own (0 for a sub-allocation) */
 	int device;
+	/* As asked for: DORMANT_KEEP, DORMANT_DISCARD, or DORMANT_POLICY_TAG
+	 * (follows the tag, whatever its policy is at the next sleep). A slab
+	 * and its sub-allocations share it: slabs never mix policies. */
+	int policy;
 	struct tag *tag;
 	struct alloc *prev, *next; /* in tag->allocs: owners of chunks */
 	struct alloc *slab;        /* sub-allocation: the slab it lives in */
 	struct alloc *slab_next;   /* slab: in tag->slabs */
 	bool is_slab;
 	struct slab_space space;   /* slab: its free space */
+	struct mark_set marks;     /* owner: ranges marked unused (extent.h) */
 	bool in_transition;        /* a transition holds pointers to its chunks */
 	bool doomed;               /* freed during a transition: destroy at its end */
 	size_t chunk_count;
@@ -65,6 +72,8 @@ struct tag {
 	_Atomic uint64_t device_bytes;
 	_Atomic uint64_t host_bytes;
 	uint64_t sleeps, wakes;
+	dormant_rebuild_fn rebuild_fn; /* DORMANT_REBUILD: refills it on wake */
+	void *rebuild_userdata;
 };
 
 #define HOOKS_MAX 32
@@ -95,6 +104,7 @@ struct dormant {
 	bool transition_running;
 	unsigned steps_running;
 	bool gate_hold; /* steps wait: a sleep waits for them or a wake is finishing */
+	bool rebuilding; /* rebuild callbacks run: copies to their transition's tags work */
 	struct hook hooks[HOOKS_MAX];
 	size_t hook_count;
 	int next_hook_id;
@@ -104,16 +114,27 @@ struct dormant {
 	uint64_t sleeps_ok, sleeps_failed, wakes_ok, wakes_failed;
 	uint64_t noops[2], busy[2]; /* [0] sleep, [1] wake */
 	uint64_t bytes_to_host_total, bytes_to_device_total;
-	uint64_t bytes_released_total, bytes_zeroed_total;
+	uint64_t bytes_released_total, bytes_zeroed_total, bytes_skipped_total;
 	struct dormant_transition_stats last_sleep, last_wake;
 	struct dormant_histogram sleep_seconds, wake_seconds;
 };
 
+/* The policy an allocation's memory sleeps and wakes with now. Call with
+ * m->lock, or while its tag is in a transition (no policy changes then). */
+static inline enum dormant_policy alloc_policy(const struct alloc *a)
+{
+	return a->policy == DORMANT_POLICY_TAG ? a->tag->policy : (enum dormant_policy)a->policy;
+}
+
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */
 struct tag *tag_find(struct dormant *m, const char *name);
 void alloc_destroy(struct dormant *m, struct alloc *a);
-/* What a sleep copies of a chunk: a slab's up to its highest live byte. */
+/* The data of a chunk: a slab's up to its highest live byte. */
 void chunk_update_data_bytes(struct alloc *a, struct chunk *c);
+/* Fix what a sleep copies of a chunk of a (the owner): its plan (extent.h). */
+int chunk_plan(struct alloc *a, struct chunk *c);
+/* Forget the marks of every owner of an awake tag (a wake's end). */
+void marks_drop_awake(struct dormant *m);
 bool manager_all_awake(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
 bool guard_open(struct dormant *m);

@@ -12,6 +12,7 @@
 
 static _Atomic(struct dormant *) torch_manager;
 static _Thread_local char thread_tag[DORMANT_TAG_MAX + 1];
+static _Thread_local int thread_policy = DORMANT_POLICY_TAG;
 
 DORMANT_EXPORT int dormant_torch_set_manager(struct dormant *m)
 {
@@ -49,6 +50,22 @@ DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size)
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_set_thread_policy(int policy)
+{
+	if (policy != DORMANT_KEEP && policy != DORMANT_DISCARD && policy != DORMANT_POLICY_TAG)
+		return error_set(-EINVAL,
+				 "a thread's policy must be keep (%d), discard (%d) or the tag's "
+				 "(%d), not %d",
+				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_POLICY_TAG, policy);
+	thread_policy = policy;
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_get_thread_policy(void)
+{
+	return thread_policy;
+}
+
 DORMANT_EXPORT void *dormant_torch_malloc(size_t size, int device, void *stream)
 {
 	struct dormant *m = atomic_load(&torch_manager);
@@ -59,7 +76,8 @@ DORMANT_EXPORT void *dormant_torch_malloc(size_t size, int device, void *stream)
 		error_set(-ENODEV, "no dormant manager is attached to the PyTorch allocator");
 		return NULL;
 	}
-	if (dormant_alloc_on(m, thread_tag[0] ? thread_tag : "default", size, device, &ptr) < 0)
+	if (dormant_alloc_policy(m, thread_tag[0] ? thread_tag : "default", thread_policy, size,
+				 device, &ptr) < 0)
 		return NULL;
 	return ptr;
 }

@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "manager.h"
+#include "pipeline.h"
+#include "prepare.h"
+#include "staging.h"
 
 /* ---- accounting ---------------------------------------------------------- */
 
@@ -17,14 +20,9 @@ static void account_device(struct engine *e, struct alloc *a, int64_t delta)
 	atomic_fetch_add(&a->tag->device_bytes, (uint64_t)delta);
 }
 
-static void account_host(struct tag *tag, int64_t delta)
+void engine_account_host(struct tag *tag, int64_t delta)
 {
 	atomic_fetch_add(&tag->host_bytes, (uint64_t)delta);
-}
-
-static bool is_keep(const struct xfer_item *it)
-{
-	return it->tag->policy == DORMANT_KEEP;
 }
 
 /* ---- per-device resources ------------------------------------------------ */
@@ -57,10 +55,7 @@ static void device_finish(struct engine *e, int d)
 		ops->stream_destroy(e->backend, d, ed->zero_stream);
 	if (ed->stream)
 		ops->stream_destroy(e->backend, d, ed->stream);
-	if (ed->staging.ptr) {
-		atomic_fetch_sub(&e->staging_held, ed->staging.size);
-		hostbuf_free(e->backend, &ed->staging);
-	}
+	staging_finish(e, d);
 	memset(ed, 0, sizeof(*ed));
 }
 
@@ -101,30 +96,9 @@ err:
 	return error_prefix(r, "preparing streams on device %d", d);
 }
 
-static int staging_ready(struct engine *e, int d)
-{
-	struct engine_device *ed = &e->devices[d];
-	int r;
-
-	if (ed->staging.ptr)
-		return 0;
-	r = hostbuf_alloc(e->backend, e->staging_bytes, &ed->staging);
-	if (r < 0)
-		return error_prefix(r, "allocating the staging ring");
-	hostbuf_touch(e->workers, &ed->staging);
-	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece);
-	if (r < 0) {
-		hostbuf_free(e->backend, &ed->staging);
-		return error_prefix(r, "allocating the staging ring");
-	}
-	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
-	atomic_fetch_add(&e->staging_held, ed->staging.size);
-	return 0;
-}
-
 /* ---- chunk release ------------------------------------------------------- */
 
-static int chunk_release(struct engine *e, struct alloc *a, struct chunk *c)
+int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c)
 {
 	struct backend *b = e->backend;
 	int r;
@@ -153,7 +127,7 @@ static void deferred_free_run(void *arg)
 	size_t size = job->buffer.size;
 
 	hostbuf_free(job->backend, &job->buffer);
-	account_host(job->tag, -(int64_t)size);
+	engine_account_host(job->tag, -(int64_t)size);
 	free(job);
 }
 
@@ -168,7 +142,7 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 		size_t size = c->host.size;
 
 		hostbuf_free(e->backend, &c->host);
-		account_host(tag, -(int64_t)size);
+		engine_account_host(tag, -(int64_t)size);
 		return;
 	}
 	job->backend = e->backend;
@@ -180,388 +154,32 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 {
-	if (c->mapped && chunk_release(e, a, c) < 0)
+	if (c->mapped && engine_chunk_release(e, a, c) < 0)
 		log_write(&e->log, DORMANT_LOG_ERROR, "freeing an allocation: %s",
 			  dormant_last_error());
 	if (c->host.ptr) {
 		size_t size = c->host.size;
 
 		hostbuf_free(e->backend, &c->host);
-		account_host(a->tag, -(int64_t)size);
+		engine_account_host(a->tag, -(int64_t)size);
 	}
 	c->host_valid = false;
 }
 
-/* ---- the copy pipeline --------------------------------------------------- */
-
-struct flight {
-	struct xfer_item *item;
-	size_t offset, length;
-	int slot;  /* staging slot, or -1 for a direct copy */
-	bool last; /* last piece of its chunk */
-};
-
-struct pipeline {
-	struct engine *e;
-	int device;
-	struct engine_device *ed;
-	bool to_host;
-	struct xfer_totals *totals;
-	struct flight ring[ENGINE_WINDOW];
-	unsigned head, count;
-	bool slot_busy[ENGINE_STAGING_SLOTS];
-};
-
-static char *slot_ptr(struct pipeline *p, int slot)
-{
-	return (char *)p->ed->staging.ptr + (size_t)slot * p->ed->slot_bytes;
-}
-
-/* Wait for the oldest piece; finish its host side; on sleep, release its
- * chunk when it was the chunk's last piece. */
-static int complete_oldest(struct pipeline *p)
-{
-	struct engine *e = p->e;
-	struct flight f = p->ring[p->head];
-	void *event = p->ed->events[p->head];
-	int r;
-
-	p->head = (p->head + 1) % ENGINE_WINDOW;
-	p->count--;
-	r = e->backend->ops->event_wait(e->backend, p->device, event);
-	if (f.slot >= 0) {
-		if (r == 0 && p->to_host)
-			workers_memcpy(e->workers, (char *)f.item->chunk->host.ptr + f.offset,
-				       slot_ptr(p, f.slot), f.length);
-		p->slot_busy[f.slot] = false;
-	}
-	if (r < 0)
-		return error_prefix(r, "waiting for a copy on device %d", p->device);
-	if (p->to_host && f.last) {
-		struct xfer_item *it = f.item;
-
-		it->chunk->host_valid = true;
-		r = chunk_release(e, it->alloc, it->chunk);
-		if (r < 0)
-			return r;
-		it->change->bytes_released += it->chunk->size;
-		p->totals->released += it->chunk->size;
-	}
-	return 0;
-}
-
-/* Wait out everything in flight after a failure, keeping the first error. */
-static void pipeline_abort(struct pipeline *p)
-{
-	while (p->count) {
-		struct flight *f = &p->ring[p->head];
-
-		f->last = false; /* release nothing on the way out */
-		(void)p->e->backend->ops->event_wait(p->e->backend, p->device,
-						     p->ed->events[p->head]);
-		if (f->slot >= 0)
-			p->slot_busy[f->slot] = false;
-		p->head = (p->head + 1) % ENGINE_WINDOW;
-		p->count--;
-	}
-}
-
-static int pipeline_drain(struct pipeline *p)
-{
-	while (p->count) {
-		int r = complete_oldest(p);
-		if (r < 0)
-			return r;
-	}
-	return 0;
-}
-
-static int free_slot(struct pipeline *p)
-{
-	for (;;) {
-		for (int s = 0; s < ENGINE_STAGING_SLOTS; s++)
-			if (!p->slot_busy[s])
-				return s;
-		int r = complete_oldest(p);
-		if (r < 0)
-			return r;
-	}
-}
-
-/* Queue one piece of an item's copy, direct or through a staging slot. */
-static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset, size_t length,
-		       bool last)
-{
-	struct engine *e = p->e;
-	struct chunk *c = it->chunk;
-	char *host = (char *)c->host.ptr + offset;
-	uintptr_t dev = c->va + offset;
-	unsigned index;
-	int slot = -1, r;
-
-	if (!c->host.pin_piece) {
-		slot = free_slot(p);
-		if (slot < 0)
-			return slot;
-	}
-	while (p->count == ENGINE_WINDOW) {
-		r = complete_oldest(p);
-		if (r < 0)
-			return r;
-	}
-	if (slot >= 0) {
-		p->slot_busy[slot] = true;
-		if (!p->to_host)
-			workers_memcpy(e->workers, slot_ptr(p, slot), host, length);
-		host = slot_ptr(p, slot);
-	}
-	index = (p->head + p->count) % ENGINE_WINDOW;
-	if (p->to_host)
-		r = backend_copy_to_host(e->backend, p->device, host, dev, length, p->ed->stream);
-	else
-		r = backend_copy_to_device(e->backend, p->device, dev, host, length, p->ed->stream);
-	if (r == 0)
-		r = e->backend->ops->event_record(e->backend, p->device, p->ed->events[index],
-						  p->ed->stream);
-	if (r < 0) {
-		if (slot >= 0)
-			p->slot_busy[slot] = false;
-		return error_prefix(r, "copying %zu bytes %s device %d", length,
-				    p->to_host ? "from" : "to", p->device);
-	}
-	p->ring[index] = (struct flight){ .item = it, .offset = offset, .length = length,
-					  .slot = slot, .last = last };
-	p->count++;
-	it->change->bytes_copied += length;
-	p->totals->copied += length;
-	return 0;
-}
-
-/* Queue a whole chunk, split where the host side requires. */
-static int issue_chunk(struct pipeline *p, struct xfer_item *it)
-{
-	struct chunk *c = it->chunk;
-	size_t piece = c->host.pin_piece ? c->host.pin_piece : p->ed->slot_bytes;
-	int r;
-
-	for (size_t off = 0; off < c->data_bytes; off += piece) {
-		size_t len = MIN(piece, c->data_bytes - off);
-
-		r = issue_piece(p, it, off, len, off + len == c->data_bytes);
-		if (r < 0)
-			return r;
-	}
-	return 0;
-}
-
-/* ---- host buffers for a sleep -------------------------------------------- */
-
-/*
- * Host copies are pinned so that the copy engine moves them at full speed,
- * both ways. A fresh buffer must be faulted in (per-core work, spread over
- * the workers) and registered (a driver call that does not run in parallel
- * with itself); together they are the slow part of a first sleep. So two
- * threads run ahead of the copies: one faults in the buffers of the next
- * chunks, the other registers those already faulted in, and the copies of
- * earlier chunks run meanwhile. When registering fails, the copy stays in
- * ordinary memory and goes through the pinned staging ring instead.
- */
-struct prep {
-	struct engine *e;
-	struct xfer_item **queue; /* items needing a buffer, in issue order */
-	size_t count;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	size_t faulted; /* queue[0..faulted) are allocated and touched */
-	size_t ready;   /* queue[0..ready) are pinned (or left unpinned) */
-	size_t next;    /* the consumer's next queue entry */
-	bool stop;
-	int error;
-	char message[DORMANT_ERROR_MAX];
-	pthread_t fault_thread, pin_thread;
-	bool fault_running, pin_running;
-};
-
-static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
-{
-	return !c->host.ptr || c->host.size < c->data_bytes || (e->pin_host && !c->host.pin_piece);
-}
-
-/* Stage one: a buffer of the right size, faulted in. */
-static int host_fault_in(struct engine *e, struct xfer_item *it)
-{
-	struct chunk *c = it->chunk;
-	int r;
-
-	if (c->host.ptr) { /* grown since its last sleep, or left unpinned */
-		size_t size = c->host.size;
-
-		hostbuf_free(e->backend, &c->host);
-		account_host(it->tag, -(int64_t)size);
-	}
-	r = hostbuf_alloc(e->backend, c->data_bytes, &c->host);
-	if (r < 0)
-		return r;
-	account_host(it->tag, (int64_t)c->host.size);
-	if (e->pin_host)
-		hostbuf_touch(e->workers, &c->host);
-	return 0;
-}
-
-/* Stage two: registered with the device, or left for the staging ring. */
-static void host_pin(struct engine *e, struct xfer_item *it)
-{
-	if (e->pin_host && hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece) < 0)
-		log_write(&e->log, DORMANT_LOG_WARNING,
-			  "host copy stays unpinned (copied through the staging ring): %s",
-			  dormant_last_error());
-}
-
-static void prep_fail(struct prep *p, int r)
-{
-	if (!p->error) {
-		p->error = r;
-		snprintf(p->message, sizeof(p->message), "%s", dormant_last_error());
-	}
-	pthread_cond_broadcast(&p->cond);
-}
-
-static void *prep_fault_main(void *arg)
-{
-	struct prep *p = arg;
-
-	for (size_t k = 0; k < p->count; k++) {
-		int r;
-
-		pthread_mutex_lock(&p->lock);
-		if (p->stop || p->error) {
-			pthread_mutex_unlock(&p->lock);
-			break;
-		}
-		pthread_mutex_unlock(&p->lock);
-		r = host_fault_in(p->e, p->queue[k]);
-		pthread_mutex_lock(&p->lock);
-		if (r < 0)
-			prep_fail(p, r);
-		else
-			p->faulted = k + 1;
-		pthread_cond_broadcast(&p->cond);
-		pthread_mutex_unlock(&p->lock);
-		if (r < 0)
-			break;
-	}
-	return NULL;
-}
-
-static void *prep_pin_main(void *arg)
-{
-	struct prep *p = arg;
-
-	for (size_t k = 0; k < p->count; k++) {
-		pthread_mutex_lock(&p->lock);
-		while (p->faulted <= k && !p->stop && !p->error)
-			pthread_cond_wait(&p->cond, &p->lock);
-		if (p->faulted <= k) {
-			pthread_mutex_unlock(&p->lock);
-			break;
-		}
-		pthread_mutex_unlock(&p->lock);
-		host_pin(p->e, p->queue[k]);
-		pthread_mutex_lock(&p->lock);
-		p->ready = k + 1;
-		pthread_cond_broadcast(&p->cond);
-		pthread_mutex_unlock(&p->lock);
-	}
-	return NULL;
-}
-
-static int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
-		      size_t count)
-{
-	memset(p, 0, sizeof(*p));
-	p->e = e;
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->cond, NULL);
-	p->queue = malloc(MAX(count, (size_t)1) * sizeof(*p->queue));
-	if (!p->queue)
-		return error_set(-ENOMEM, "out of host memory");
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-
-		if (it->alloc->device == d && is_keep(it) && it->chunk->mapped &&
-		    it->chunk->data_bytes && needs_host_buffer(e, it->chunk))
-			p->queue[p->count++] = it;
-	}
-	if (!p->count)
-		return 0;
-	/* Without both threads, prep_wait() prepares each buffer itself. */
-	if (pthread_create(&p->fault_thread, NULL, prep_fault_main, p) != 0)
-		return 0;
-	p->fault_running = true;
-	if (pthread_create(&p->pin_thread, NULL, prep_pin_main, p) == 0) {
-		p->pin_running = true;
-		return 0;
-	}
-	/* prep_wait() redoes whatever the fault thread got to */
-	pthread_mutex_lock(&p->lock);
-	p->stop = true;
-	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->fault_thread, NULL);
-	p->fault_running = false;
-	return 0;
-}
-
-/* Wait until it has its host buffer (the consumer takes the queue in order). */
-static int prep_wait(struct prep *p, struct xfer_item *it)
-{
-	size_t k = p->next;
-	int r = 0;
-
-	if (k == p->count || p->queue[k] != it)
-		return 0; /* its buffer was there already */
-	p->next++;
-	if (!p->pin_running) {
-		r = host_fault_in(p->e, it);
-		if (r == 0)
-			host_pin(p->e, it);
-		return r;
-	}
-	pthread_mutex_lock(&p->lock);
-	while (p->ready <= k && !p->error)
-		pthread_cond_wait(&p->cond, &p->lock);
-	if (p->ready <= k)
-		r = error_set(p->error, "%s", p->message);
-	pthread_mutex_unlock(&p->lock);
-	return r;
-}
-
-static void prep_finish(struct prep *p)
-{
-	pthread_mutex_lock(&p->lock);
-	p->stop = true;
-	pthread_cond_broadcast(&p->cond);
-	pthread_mutex_unlock(&p->lock);
-	if (p->fault_running)
-		pthread_join(p->fault_thread, NULL);
-	if (p->pin_running)
-		pthread_join(p->pin_thread, NULL);
-	pthread_cond_destroy(&p->cond);
-	pthread_mutex_destroy(&p->lock);
-	free(p->queue);
-}
-
 /* ---- sleep --------------------------------------------------------------- */
 
-static int release_discards(struct engine *e, int d, struct xfer_item *items, size_t count,
-			    struct xfer_totals *t)
+/* Release the mapped chunks of one policy on device d (-1: every device). */
+static int release_policy(struct engine *e, int d, enum dormant_policy policy,
+			  struct xfer_item *items, size_t count, struct xfer_totals *t)
 {
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 		int r;
 
-		if (it->alloc->device != d || is_keep(it) || !it->chunk->mapped)
+		if ((d >= 0 && it->alloc->device != d) || it->policy != policy ||
+		    !it->chunk->mapped)
 			continue;
-		r = chunk_release(e, it->alloc, it->chunk);
+		r = engine_chunk_release(e, it->alloc, it->chunk);
 		if (r < 0)
 			return r;
 		it->change->bytes_released += it->chunk->size;
@@ -598,15 +216,20 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		struct xfer_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
-		if (it->alloc->device != d || !is_keep(it) || !c->mapped)
+		if (it->alloc->device != d || !xfer_is_keep(it) || !c->mapped)
 			continue;
-		if (c->data_bytes == 0) {
-			/* a slab's free tail: nothing to keep */
-			r = chunk_release(e, it->alloc, c);
+		if (c->plan.kept == 0) {
+			/* a slab's free tail, or all marked unused: nothing to keep */
+			r = engine_chunk_release(e, it->alloc, c);
 			if (r < 0)
 				goto err;
 			it->change->bytes_released += c->size;
 			t->released += c->size;
+			it->change->bytes_skipped += c->plan.skipped;
+			t->skipped += c->plan.skipped;
+			/* a retained host copy would hold nothing now */
+			if (c->host.ptr)
+				host_release(e, it->tag, c);
 			continue;
 		}
 		r = prep_wait(&prep, it);
@@ -617,13 +240,13 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			if (r < 0)
 				goto err;
 		}
-		r = issue_chunk(&p, it);
+		r = pipeline_issue_chunk(&p, it);
 		if (r < 0)
 			goto err;
 		/* The first copies are queued: release DISCARD memory while
 		 * they run. */
 		if (!discards_done) {
-			r = release_discards(e, d, items, count, t);
+			r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
 			if (r < 0)
 				goto err;
 			discards_done = true;
@@ -634,7 +257,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		goto err;
 	prep_finish(&prep);
 	if (!discards_done) {
-		r = release_discards(e, d, items, count, t);
+		r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
 		if (r < 0)
 			return r;
 	}
@@ -665,6 +288,10 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 		if (any)
 			r = sleep_device(e, d, items, count, t);
 	}
+	/* REBUILD memory goes last, once every copy is done: a sleep that
+	 * fails before rolls back with it intact, and nothing is lost. */
+	if (r == 0)
+		r = release_policy(e, -1, DORMANT_REBUILD, items, count, t);
 	if (r == 0)
 		return 0;
 
@@ -672,6 +299,8 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 	snprintf(message, sizeof(message), "%s", dormant_last_error());
 	log_write(&e->log, DORMANT_LOG_WARNING, "sleep failed, rolling back: %s", message);
 	rr = wake_items(e, items, count, &undo);
+	if (rr == 0)
+		engine_wake_commit(e, items, count);
 	if (rr < 0) {
 		t->rollback_failed = true;
 		log_write(&e->log, DORMANT_LOG_ERROR, "rollback failed: %s", dormant_last_error());
@@ -704,7 +333,7 @@ static void unmap_fresh(struct engine *e, struct xfer_item *items, size_t count,
 		if (!it->mapped_here)
 			continue;
 		it->mapped_here = false;
-		if (chunk_release(e, it->alloc, it->chunk) < 0) {
+		if (engine_chunk_release(e, it->alloc, it->chunk) < 0) {
 			log_write(&e->log, DORMANT_LOG_ERROR, "undoing a wake: %s",
 				  dormant_last_error());
 			continue;
@@ -712,6 +341,29 @@ static void unmap_fresh(struct engine *e, struct xfer_item *items, size_t count,
 		it->change->bytes_mapped -= it->chunk->size;
 		t->mapped -= it->chunk->size;
 	}
+}
+
+struct gap_fill {
+	struct engine *e;
+	int device;
+	struct xfer_item *item;
+	struct xfer_totals *totals;
+};
+
+/* Zero-fill a range of a chunk that its host copy does not hold. */
+static int zero_gap(void *ctx, size_t offset, size_t size)
+{
+	struct gap_fill *g = ctx;
+	struct engine_device *ed = &g->e->devices[g->device];
+	int r;
+
+	r = g->e->backend->ops->zero(g->e->backend, g->device, g->item->chunk->va + offset, size,
+				     ed->zero_stream);
+	if (r < 0)
+		return error_prefix(r, "zero-filling %zu bytes on device %d", size, g->device);
+	g->item->change->bytes_zeroed += size;
+	g->totals->zeroed += size;
+	return 0;
 }
 
 static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
@@ -728,8 +380,15 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 
 		if (it->alloc->device != d || !it->mapped_here)
 			continue;
-		if (is_keep(it) && c->host_valid)
+		if (xfer_is_keep(it) && c->host_valid) {
+			/* what the host copy does not hold: marked, holes */
+			struct gap_fill g = { .e = e, .device = d, .item = it, .totals = t };
+
+			r = plan_for_each_gap(&c->plan, zero_gap, &g);
+			if (r < 0)
+				return r;
 			continue;
+		}
 		/* DISCARD memory, and KEEP memory that never had a copy. */
 		r = ops->zero(e->backend, d, c->va, c->size, ed->zero_stream);
 		if (r < 0)
@@ -744,7 +403,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 
-		if (it->alloc->device != d || !it->mapped_here || !is_keep(it) ||
+		if (it->alloc->device != d || !it->mapped_here || !xfer_is_keep(it) ||
 		    !it->chunk->host_valid)
 			continue;
 		if (!it->chunk->host.pin_piece) {
@@ -752,7 +411,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 			if (r < 0)
 				goto err;
 		}
-		r = issue_chunk(&p, it);
+		r = pipeline_issue_chunk(&p, it);
 		if (r < 0)
 			goto err;
 	}
@@ -811,18 +470,6 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 			goto err;
 	}
 	t->copy_s += now_monotonic_s() - start;
-
-	/* The data is on the device: host copies are no longer needed. */
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-		struct chunk *c = it->chunk;
-
-		if (!it->mapped_here)
-			continue;
-		c->host_valid = false;
-		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-			host_release(e, it->tag, c);
-	}
 	return 0;
 
 err:
@@ -834,4 +481,25 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 {
 	memset(t, 0, sizeof(*t));
 	return wake_items(e, items, count, t);
+}
+
+void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
+{
+	/* The data is on the device: host copies are no longer needed. */
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (!it->mapped_here)
+			continue;
+		c->host_valid = false;
+		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
+			host_release(e, it->tag, c);
+	}
+}
+
+void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t)
+{
+	unmap_fresh(e, items, count, t);
 }

@@ -2,12 +2,20 @@
 /*
  * The transfer engine: moves chunks between device and host memory for a
  * transition, pipelined so that the copy engine never waits for the host.
+ * Its modules, each with its private header:
+ *  - extent.c:   what is copied of a chunk (live runs, marks, holes);
+ *  - prepare.c:  host copies of a sleep: allocated, faulted in, pinned ahead;
+ *  - pipeline.c: the copies in flight, split where the host side requires;
+ *  - staging.c:  the pinned staging ring for host copies left unpinned;
+ *  - transfer.c: this interface: sleep, wake, release, rollback.
  *
  *  - Sleep: synchronize, queue the first KEEP copies, release DISCARD chunks
  *    while they run, then keep a window of copies in flight and release each
- *    KEEP chunk as soon as its own copy is done.
- *  - Wake: create and map every chunk, zero-fill DISCARD chunks on a second
- *    stream, copy KEEP chunks back, synchronize.
+ *    KEEP chunk as soon as its own copy is done; REBUILD chunks go last,
+ *    once every copy is done.
+ *  - Wake: create and map every chunk, zero-fill DISCARD and REBUILD chunks
+ *    and what KEEP chunks' host copies do not hold on a second stream, copy
+ *    the KEEP runs back, synchronize.
  *
  * Host copies live in pinned buffers, copied straight over PCIe both ways;
  * a sleep that needs fresh ones has two threads fault them in and register
@@ -66,12 +74,13 @@ struct xfer_item {
 	struct alloc *alloc;
 	struct chunk *chunk;
 	struct tag *tag;
+	enum dormant_policy policy; /* its allocation's, fixed when collected */
 	struct dormant_tag_change *change;
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
 };
 
 struct xfer_totals {
-	uint64_t copied, released, mapped, zeroed;
+	uint64_t copied, released, mapped, zeroed, skipped;
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
@@ -83,10 +92,27 @@ void engine_finish(struct engine *e);
 
 /* items: every mapped chunk of the tags going to sleep. */
 int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
-/* items: every unmapped chunk of the tags waking. */
+/* items: every unmapped chunk of the tags waking. Maps, zero-fills and
+ * restores them all; on failure gives back what it mapped. The host copies
+ * stay until engine_wake_commit() (the wake is done) or engine_wake_undo()
+ * (a rebuild callback failed: give back what engine_wake() mapped, the host
+ * copies intact for a retry). */
 int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
+void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
+void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t);
 
 /* Give back a chunk's memory, with accounting: used by free and destroy. */
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c);
+
+/* For the engine's modules (pipeline.c, prepare.c): */
+static inline bool xfer_is_keep(const struct xfer_item *it)
+{
+	return it->policy == DORMANT_KEEP;
+}
+/* Unmap and release a mapped chunk, with accounting. */
+int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c);
+/* Count host bytes held for a tag. */
+void engine_account_host(struct tag *tag, int64_t delta);
 
 #endif

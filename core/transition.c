@@ -86,11 +86,34 @@ static struct dormant_tag_change *change_of(struct transition *t, const struct t
 	return NULL;
 }
 
-/* Mark the tags' allocations and list the chunks to move. Called with
- * m->lock. */
+/* A sleep fixes what it copies of each kept chunk now, while the lock keeps
+ * marks and slab space still (extent.h). */
+static int plan_chunks(struct transition *t)
+{
+	for (size_t i = 0; i < t->tag_count; i++)
+		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next) {
+			if (alloc_policy(a) != DORMANT_KEEP)
+				continue;
+			for (size_t c = 0; c < a->chunk_count; c++) {
+				int r;
+
+				if (!a->chunks[c].mapped)
+					continue;
+				r = chunk_plan(a, &a->chunks[c]);
+				if (r < 0)
+					return error_prefix(r, "planning the copy of tag '%s'",
+							    t->tags[i]->name);
+			}
+		}
+	return 0;
+}
+
+/* Mark the tags' allocations and list the chunks to move; nothing changes
+ * if it fails. Called with m->lock. */
 static int collect_items(struct transition *t)
 {
 	size_t allocs = 0, items = 0;
+	int r;
 
 	for (size_t i = 0; i < t->tag_count; i++)
 		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next) {
@@ -105,6 +128,14 @@ static int collect_items(struct transition *t)
 		t->allocs = NULL;
 		t->items = NULL;
 		return error_set(-ENOMEM, "out of host memory");
+	}
+	r = t->sleep ? plan_chunks(t) : 0;
+	if (r < 0) {
+		free(t->allocs);
+		free(t->items);
+		t->allocs = NULL;
+		t->items = NULL;
+		return r;
 	}
 	for (size_t i = 0; i < t->tag_count; i++) {
 		struct tag *tag = t->tags[i];
@@ -122,12 +153,55 @@ static int collect_items(struct transition *t)
 				if (chunk->mapped != t->sleep)
 					continue;
 				t->items[t->item_count++] = (struct xfer_item){
-					.alloc = a, .chunk = chunk, .tag = tag, .change = change,
+					.alloc = a, .chunk = chunk, .tag = tag,
+					.policy = alloc_policy(a), .change = change,
 				};
 			}
 		}
 	}
 	return 0;
+}
+
+/* Run the rebuild callbacks of the transition's DORMANT_REBUILD tags (on a
+ * sleep's rollback: only of those whose memory came back zero-filled), in
+ * order, without the lock. Returns 0 or -ECANCELED for the first that
+ * fails. */
+static int run_rebuilds(struct dormant *m, struct transition *t)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&m->lock);
+	m->rebuilding = true;
+	for (size_t i = 0; i < t->tag_count && r == 0; i++) {
+		struct tag *tag = t->tags[i];
+		dormant_rebuild_fn fn = tag->rebuild_fn;
+		void *userdata = tag->rebuild_userdata;
+		bool needed = !t->sleep;
+		char name[DORMANT_TAG_MAX + 1];
+		int result;
+
+		if (tag->policy != DORMANT_REBUILD || !fn)
+			continue;
+		for (size_t k = 0; k < t->item_count && !needed; k++)
+			needed = t->items[k].tag == tag && t->items[k].policy == DORMANT_REBUILD &&
+				 t->items[k].mapped_here;
+		if (!needed)
+			continue;
+		memcpy(name, tag->name, sizeof(name));
+		pthread_mutex_unlock(&m->lock);
+		error_clear();
+		result = fn(m, name, userdata);
+		if (result != 0) {
+			const char *why = dormant_last_error();
+
+			r = error_set(-ECANCELED, "rebuilding tag '%s' failed (its callback returned %d)%s%s",
+				      name, result, why[0] ? ": " : "", why);
+		}
+		pthread_mutex_lock(&m->lock);
+	}
+	m->rebuilding = false;
+	pthread_mutex_unlock(&m->lock);
+	return r;
 }
 
 static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
@@ -200,6 +274,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	}
 	m->bytes_released_total += t->totals.released;
 	m->bytes_zeroed_total += t->totals.zeroed;
+	m->bytes_skipped_total += t->totals.skipped;
 	if (t->totals.rollback_failed) {
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error),
@@ -209,6 +284,10 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		m->healthy = true;
 		m->health_error[0] = '\0';
 	}
+	/* Marks last until a wake: the woken tags' host copies are consumed,
+	 * and the marks of tags that stayed awake are stale by now. */
+	if (!t->sleep && result == 0)
+		marks_drop_awake(m);
 
 	*last = (struct dormant_transition_stats){
 		.valid = true,
@@ -219,6 +298,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		.bytes_released = t->totals.released,
 		.bytes_mapped = t->totals.mapped,
 		.bytes_zeroed = t->totals.zeroed,
+		.bytes_skipped = t->totals.skipped,
 		.copy_gbps = rep->copy_gbps,
 	};
 	if (result < 0)
@@ -255,6 +335,8 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 	}
 	if (t.tag_count == 0) {
 		m->noops[!sleep]++;
+		if (!sleep)
+			marks_drop_awake(m); /* a wake drops the marks of awake tags */
 		pthread_mutex_unlock(&m->lock);
 		return 0;
 	}
@@ -290,10 +372,30 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		goto settle;
 	}
 
-	if (sleep)
+	if (sleep) {
 		r = engine_sleep(&m->engine, t.items, t.item_count, &t.totals);
-	else
+		/* Rolled back after REBUILD memory was released (only a failed
+		 * unmap gets there): it came back zero-filled, so rebuild it. */
+		if (r < 0 && !t.totals.rollback_failed) {
+			char message[DORMANT_ERROR_MAX];
+
+			snprintf(message, sizeof(message), "%s", dormant_last_error());
+			if (run_rebuilds(m, &t) < 0)
+				log_write(&m->log, DORMANT_LOG_ERROR,
+					  "after a rolled-back sleep: %s", dormant_last_error());
+			error_set(r, "%s", message);
+		}
+	} else {
 		r = engine_wake(&m->engine, t.items, t.item_count, &t.totals);
+		/* Every KEEP chunk of the wake is back: rebuild from them. */
+		if (r == 0) {
+			r = run_rebuilds(m, &t);
+			if (r < 0)
+				engine_wake_undo(&m->engine, t.items, t.item_count, &t.totals);
+			else
+				engine_wake_commit(&m->engine, t.items, t.item_count);
+		}
+	}
 	if (r < 0)
 		error_prefix(r, "%s", kind(&t));
 
@@ -303,6 +405,7 @@ settle:
 	rep->bytes_released = t.totals.released;
 	rep->bytes_mapped = t.totals.mapped;
 	rep->bytes_zeroed = t.totals.zeroed;
+	rep->bytes_skipped = t.totals.skipped;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
 	pthread_mutex_lock(&m->lock);
 	settle(m, &t, r);

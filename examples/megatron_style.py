@@ -16,9 +16,17 @@ grad-reduce-in-fp32 and its distributed-optimizer-style buffers:
   back into param_data.
 
 The tags, with no change to this model code:
-  weights    (keep)    param_data                      2 bytes/param
+  weights    (rebuild) param_data: no host copy         2 bytes/param
   grads      (discard) grad_data: no host copy          4 bytes/param
   optimizer  (keep)    fp32 master params, Adam m, v   12 bytes/param
+
+The bf16 weights are the fp32 master params rounded (the optimizer step
+writes them so), so they need no copy either: "weights" has the rebuild
+policy, and on wake, once "optimizer" is restored, its callback casts the
+master params back into param_data (with data parallelism a Megatron trainer
+would all-gather param_data there too: see docs/pytorch.md). --keep-weights
+keeps them instead. PyTorch's free blocks inside the pools (temporaries of the
+first optimizer step) are skipped by dormant's glue before every sleep.
 
 The buffer is built inside dormant.region("weights",
 dtype_tags={torch.float32: "grads"}): its bf16 allocation lands in "weights"
@@ -181,7 +189,7 @@ class Tags:
 
 
 class Trainer:
-    def __init__(self, cfg, manager=None):
+    def __init__(self, cfg, manager=None, rebuild_weights=False):
         self.cfg = cfg
         self.dm = manager or dormant.manager()
         self.tags = Tags(cfg.tag_prefix)
@@ -197,7 +205,18 @@ class Trainer:
             self.buffer = ParamAndGradBuffer(self.model.parameters())
         with self.dm.region(self.tags.optimizer):
             self.optimizer = MixedPrecisionAdamW(self.buffer, cfg.lr, cfg.weight_decay)
+        if rebuild_weights:
+            # From here on param_data can be derived from the master params.
+            self.dm.set_policy(self.tags.weights, "rebuild", rebuild=self.rebuild_weights)
         self.steps_done = 0
+
+    def rebuild_weights(self, tag):
+        """The rebuild callback of the weights tag: runs on wake, after the
+        optimizer tag is restored, with param_data mapped and zero-filled.
+        The same cast as the end of MixedPrecisionAdamW.step(), so the same
+        bits."""
+        with torch.no_grad():
+            self.buffer.param_data.copy_(self.optimizer.main_param.detach())
 
     def batches(self, count, seed=None):
         """count (x, y) pairs on the CPU, the same for the same seed."""
@@ -270,6 +289,8 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--keep-weights", action="store_true",
+                    help="copy the bf16 weights to host memory instead of rebuilding them")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("megatron_style.py needs a CUDA device (torch.cuda.is_available() is False)")
@@ -278,7 +299,7 @@ def main():
     deterministic()
     dormant.configure(backend="cuda")
     cfg = Config(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model)
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, rebuild_weights=not args.keep_weights)
     server = dormant.serve(port=args.port, quiet=True)
     print(f"dormant serving {server.url} (try: curl -X POST {server.url}/sleep)")
     tags = {t["tag"]: t for t in dormant.stats()["tags"]}
@@ -296,7 +317,8 @@ def main():
             rep = post(server.url + "/sleep")
             free1 = torch.cuda.mem_get_info()[0]
             print(f"  sleep: {rep['duration_s']:.3f} s, {rep['bytes_copied'] / 2**20:.1f} MiB "
-                  f"to host, {rep['bytes_released'] / 2**20:.1f} MiB released; "
+                  f"to host ({rep.get('bytes_skipped', 0) / 2**20:.1f} MiB of free blocks "
+                  f"skipped), {rep['bytes_released'] / 2**20:.1f} MiB released; "
                   f"GPU free +{(free1 - free0) / 2**20:.1f} MiB; "
                   f"host held {dormant.stats()['totals']['host_bytes'] / 2**20:.1f} MiB")
             rep = post(server.url + "/wake")

@@ -74,9 +74,9 @@ def region(tag, policy=None, *, dtype_tags=None):
     return manager().region(tag, policy, dtype_tags=dtype_tags)
 
 
-def set_policy(tag, policy):
+def set_policy(tag, policy, *, rebuild=None):
     """See Manager.set_policy()."""
-    return manager().set_policy(tag, policy)
+    return manager().set_policy(tag, policy, rebuild=rebuild)
 
 
 def sleep(tags=None):

@@ -26,7 +26,8 @@ c_int, c_uint, c_size_t, c_bool = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, 
 c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64
 
 # enum dormant_policy / dormant_host_mode / dormant_hook_point / dormant_fault_op
-POLICIES = {"keep": 0, "discard": 1}
+POLICIES = {"keep": 0, "discard": 1, "rebuild": 2}
+POLICY_TAG = -1  # DORMANT_POLICY_TAG: an allocation that follows its tag's policy
 HOST_MODES = {None: 0, "retain": 1, "release": 2}
 HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3}
 FAULT_OPS = {"create": 0, "map": 1, "copy": 2, "host_alloc": 3}
@@ -36,6 +37,7 @@ TAG_MAX = 63
 LOG_FN = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
 HOOK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int, c_void_p)
 EXTRA_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
+REBUILD_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p)  # dormant_rebuild_fn
 
 
 class Options(ctypes.Structure):
@@ -89,7 +91,11 @@ _PROTOTYPES = {
     "dormant_alloc": (c_int, [c_void_p, c_char_p, c_size_t, ctypes.POINTER(c_void_p)]),
     "dormant_alloc_on": (c_int, [c_void_p, c_char_p, c_size_t, c_int,
                                  ctypes.POINTER(c_void_p)]),
+    "dormant_alloc_policy": (c_int, [c_void_p, c_char_p, c_int, c_size_t, c_int,
+                                     ctypes.POINTER(c_void_p)]),
     "dormant_free": (c_int, [c_void_p, c_void_p]),
+    "dormant_mark_unused": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "dormant_set_rebuild": (c_int, [c_void_p, c_char_p, REBUILD_FN, c_void_p]),
     "dormant_last_error": (c_char_p, []),
     "dormant_step_enter": (c_int, [c_void_p, c_int]),
     "dormant_step_leave": (c_int, [c_void_p]),
@@ -98,6 +104,8 @@ _PROTOTYPES = {
     "dormant_torch_set_manager": (c_int, [c_void_p]),
     "dormant_set_thread_tag": (c_int, [c_char_p]),
     "dormant_get_thread_tag": (c_int, [ctypes.c_char_p, c_size_t]),
+    "dormant_set_thread_policy": (c_int, [c_int]),
+    "dormant_get_thread_policy": (c_int, []),
     "dormant_copy_to_host": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t]),
     "dormant_copy_to_device": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t]),
     "dormant_debug_inject_fault": (c_int, [c_void_p, c_int, c_uint, c_int, c_bool]),

@@ -13,17 +13,32 @@ PyTorch picks the first routing of a thread that was begun, and refuses to
 route twice to one pool, so nested regions are done here by suspending the
 outer routing while an inner one is active.
 
+Before every sleep (from Python or HTTP) a before-sleep hook marks the blocks
+that the caching allocator holds free in the pools of the tags going to sleep
+as unused (dormant_mark_unused()): they are then neither copied nor kept in
+host memory, and come back zero-filled. The hook runs after the trainer guard
+closed, so no guarded step allocates meanwhile. Manager(mark_free_blocks=False)
+turns it off.
+
 Imported by Manager.region() only: importing dormant does not import torch.
 """
 import contextlib
 import ctypes
 import errno
+import logging
 import threading
+import time
 import weakref
 
 import torch
 
 from .errors import BusyError, DormantError, InvalidArgumentError, NoDeviceError
+
+log = logging.getLogger("dormant")
+
+# Free blocks smaller than this are not marked: they save little and would
+# cut the copy of their chunk into more pieces.
+MARK_MIN_BYTES = 64 << 10
 
 _global_lock = threading.Lock()
 _allocator = None     # one CUDAPluggableAllocator per process
@@ -50,6 +65,9 @@ class TorchGlue:
         self.pools = {}               # (tag, device) -> torch.cuda.MemPool
         self.lock = threading.Lock()
         self.tls = threading.local()
+        self.hook_id = None           # the before-sleep hook, once a region was used
+        self.marks_total = {"sleeps": 0, "blocks": 0, "bytes": 0, "seconds": 0.0}
+        self.marks_last = None
 
     # ---- process-wide set-up --------------------------------------------
 
@@ -77,6 +95,103 @@ class TorchGlue:
             if _allocator is None:
                 _allocator = torch.cuda.memory.CUDAPluggableAllocator(
                     self.lib.path, "dormant_torch_malloc", "dormant_torch_free")
+        with self.lock:
+            register = self.hook_id is None
+            if register:
+                self.hook_id = 0  # taken: one registration per manager
+        if register:
+            try:
+                self.hook_id = self.manager.add_hook("before_sleep", self.before_sleep)
+            except BaseException:
+                self.hook_id = None
+                raise
+
+    # ---- free blocks before a sleep -------------------------------------
+
+    def mark_stats(self):
+        with self.lock:
+            return dict(self.marks_total, last=dict(self.marks_last) if self.marks_last else None)
+
+    def synchronize(self):
+        """Wait for the work queued on every device a pool lives on."""
+        with self.lock:
+            devices = {device for (_, device) in self.pools}
+        for device in devices:
+            torch.cuda.synchronize(device)
+
+    def before_sleep(self):
+        """The before-sleep hook: never cancels the sleep (marking is only a
+        saving); a failure is logged and the rest copied whole."""
+        if not self.manager.mark_free_blocks:
+            return
+        start = time.perf_counter()
+        blocks = nbytes = 0
+        try:
+            self.tls.marked = True  # read by after_failed_sleep() on this thread
+            blocks, nbytes = self.mark_free_blocks(self.sleeping_tags())
+        except Exception:
+            log.warning("dormant: marking PyTorch's free blocks as unused failed; the sleep "
+                        "copies their segments whole", exc_info=True)
+        seconds = time.perf_counter() - start
+        with self.lock:
+            self.marks_last = {"blocks": blocks, "bytes": nbytes, "seconds": seconds}
+            t = self.marks_total
+            t["sleeps"] += 1
+            t["blocks"] += blocks
+            t["bytes"] += nbytes
+            t["seconds"] += seconds
+
+    def after_failed_sleep(self):
+        """A sleep from Python on this thread failed and rolled back. Its
+        marks would stand for the next sleep, but training may now refill
+        those free blocks: drop them with a wake of the awake tags (a no-op
+        wake drops the marks of every awake tag), so that the next sleep's
+        hook marks afresh what is free then."""
+        if not getattr(self.tls, "marked", False):
+            return
+        self.tls.marked = False
+        awake = [t["tag"] for t in self.manager.stats().get("tags", [])
+                 if t.get("state") == "awake"]
+        if not awake:
+            return
+        names = (ctypes.c_char_p * (len(awake) + 1))(*[t.encode() for t in awake], None)
+        out = ctypes.c_void_p()
+        r = self.lib.dormant_transition_json(self.manager._handle(), b"wake", names,
+                                             ctypes.byref(out))
+        if out.value:
+            self.lib.dormant_json_free(out)
+        if r < 0:
+            log.warning("dormant: could not drop the marks of a failed sleep (%s); the next "
+                        "sleep may skip blocks filled since", self.lib.last_error())
+
+    def sleeping_tags(self):
+        """The awake tags this sleep may cover: those named, for a sleep from
+        Python on this thread; every awake tag for one from HTTP (the hook is
+        not told its tags). Tags of every policy: a tag may hold kept
+        allocations of their own policy (dormant_alloc_policy()), and marks
+        on memory that is not kept change nothing."""
+        named = getattr(self.manager._tls, "transition_tags", None)
+        tags = set()
+        for t in self.manager.stats().get("tags", []):
+            if t.get("state") != "awake":
+                continue
+            if named is None or named == "all" or t["tag"] in named:
+                tags.add(t["tag"])
+        return tags
+
+    def mark_free_blocks(self, tags):
+        """Mark the free blocks of the pools of tags; returns (blocks, bytes)."""
+        with self.lock:
+            pools = [pool for (tag, _), pool in self.pools.items() if tag in tags]
+        blocks = nbytes = 0
+        for pool in pools:
+            for address, size in free_blocks(pool):
+                if size < MARK_MIN_BYTES:
+                    continue
+                self.manager.mark_unused(address, size)
+                blocks += 1
+                nbytes += size
+        return blocks, nbytes
 
     def detach(self):
         """The manager closes: PyTorch must not allocate from it any more."""
@@ -206,6 +321,33 @@ class TorchGlue:
             raise
         finally:
             self._pop(route)
+
+
+def pool_segments(pool):
+    """The caching allocator's segments of pool (torch.cuda.MemPool), as
+    torch.cuda.memory_snapshot() describes them, without stack traces."""
+    snapshot = getattr(pool, "snapshot", None)
+    if snapshot is None:
+        return torch.cuda.memory_snapshot(pool.id)
+    try:
+        return snapshot(include_traces=False)
+    except TypeError:  # a torch whose snapshot() takes no arguments
+        return snapshot()
+
+
+def free_blocks(pool):
+    """(address, size) of each block the caching allocator holds free
+    ("inactive") in pool. Blocks freed while a stream still uses them
+    ("active_pending_free") are not free yet."""
+    out = []
+    for segment in pool_segments(pool):
+        address = segment["address"]
+        for block in segment.get("blocks", ()):
+            start = block.get("address", address)
+            if block.get("state") == "inactive":
+                out.append((start, block["size"]))
+            address = start + block["size"]
+    return out
 
 
 def _call_dtype(args, kwargs):

@@ -21,6 +21,8 @@ _STEP_SLICE_MS = 100
 
 _live_managers = weakref.WeakSet()
 
+# Manager._tls.transition_tags while a sleep or wake of every tag runs.
+_TAGS_ALL = "all"
 
 def _encode_tag(tag):
     if isinstance(tag, bytes):
@@ -44,8 +46,8 @@ def _tag_array(tags):
 def _policy_value(policy):
     if isinstance(policy, str) and policy in _library.POLICIES:
         return _library.POLICIES[policy]
-    raise InvalidArgumentError(f'policy must be "keep" or "discard", not {policy!r}',
-                               errno.EINVAL)
+    names = ", ".join(f'"{p}"' for p in _library.POLICIES)
+    raise InvalidArgumentError(f"policy must be one of {names}, not {policy!r}", errno.EINVAL)
 
 
 class Server:
@@ -103,6 +105,12 @@ class Manager:
             or a callable(level, message) with level "error", "warning",
             "info" or "debug". It is called from library threads; keep it
             short and do not call dormant from it.
+        mark_free_blocks: True (the default): once region() is in use, every
+            sleep first marks the blocks that PyTorch's caching allocator
+            holds free in the pools of the tags going to sleep as unused
+            (mark_unused()), so they are neither copied nor kept in host
+            memory. False turns that off (whole segments are copied); the
+            attribute of the same name can change it later.
 
     Every method is safe to call from any thread. Hooks added with on_sleep()
     and on_wake() run on the thread that runs the transition, which may be an
@@ -111,10 +119,12 @@ class Manager:
 
     def __init__(self, *, backend=None, host_mode=None, chunk_bytes=0, guard_timeout_ms=0,
                  copy_threads=0, staging_bytes=0, host_devices=0, host_device_bytes=0,
-                 log=None):
+                 log=None, mark_free_blocks=True):
         self._lib = _library.get()
         self._m = None
+        self.mark_free_blocks = bool(mark_free_blocks)
         self._hooks = {}            # id -> (fn, C callback, point)
+        self._rebuilds = {}         # tag -> (fn, C callback): must outlive the C side's use
         self._servers = set()
         self._tls = threading.local()
         self._lock = threading.Lock()
@@ -242,12 +252,86 @@ class Manager:
 
     # ---- tags, allocations ------------------------------------------------
 
-    def set_policy(self, tag, policy):
-        """Set a tag's policy ("keep": copied to host on sleep; "discard": no
-        copy, zero-filled on wake), creating the tag if needed. Only while the
-        tag is awake (else BusyError)."""
-        self._check(self._lib.dormant_set_policy(self._handle(), _encode_tag(tag),
-                                                 _policy_value(policy)))
+    def set_policy(self, tag, policy, *, rebuild=None):
+        """Set a tag's policy, creating the tag if needed. Only while the tag
+        is awake (else BusyError).
+
+        "keep": copied to host on sleep, restored on wake.
+        "discard": no copy; zero-filled on wake.
+        "rebuild": no copy; on wake, after every "keep" tag of that wake is
+            restored, rebuild(tag) runs with the tag's memory mapped and
+            zero-filled, to recompute its content from other tags (e.g. bf16
+            weights from fp32 master params). rebuild is required with
+            "rebuild" and refused with the others. It runs on the thread
+            running the wake (maybe an HTTP server thread) and must not
+            sleep, wake or enter a step. If it raises, the wake fails (the
+            exception's message is in the error; from Python it is also the
+            error's __cause__): the tags stay asleep with their host copies
+            intact, and the same wake can be retried. A tag woken without
+            the tags its rebuild reads is the caller's choice."""
+        name = _encode_tag(tag)
+        value = _policy_value(policy)
+        if policy == "rebuild":
+            if not callable(rebuild):
+                raise InvalidArgumentError('set_policy(tag, "rebuild") needs rebuild=<a callable>',
+                                           errno.EINVAL)
+            set_rebuild = self._lib.need("dormant_set_rebuild", 'set_policy(tag, "rebuild")')
+            callback = _library.REBUILD_FN(self._rebuild_trampoline(rebuild))
+            with self._lock:
+                # The callback is installed first, so the tag never has the
+                # rebuild policy without one; the old one stays referenced
+                # until it is replaced in the C side.
+                self._check(set_rebuild(self._handle(), name, callback, None))
+                self._rebuilds[name] = (rebuild, callback)
+        elif rebuild is not None:
+            raise InvalidArgumentError(f'rebuild= goes with the "rebuild" policy, not {policy!r}',
+                                       errno.EINVAL)
+        self._check(self._lib.dormant_set_policy(self._handle(), name, value))
+
+    def _rebuild_trampoline(self, fn):
+        tls = self._tls
+        manager = weakref.ref(self)
+
+        def trampoline(m, tag, userdata):
+            tls.hook_depth = getattr(tls, "hook_depth", 0) + 1
+            name = tag.decode("utf-8", "replace") if tag else ""
+            try:
+                fn(name)
+                owner = manager()
+                if owner is not None and owner._torch is not None:
+                    owner._torch.synchronize()  # the rebuilt bytes are there before steps go on
+                return 0
+            except BaseException as e:  # never let an exception into C
+                try:
+                    tls.hook_error = e
+                    tls.rebuild_error = f"the rebuild of tag '{name}' raised " \
+                                        f"{type(e).__name__}: {e}"
+                    log.error("dormant rebuild callback of tag %r raised: failing the wake",
+                              name, exc_info=True)
+                except BaseException:
+                    pass
+                return -errno.EIO
+            finally:
+                tls.hook_depth -= 1
+
+        return trampoline
+
+    def mark_unused(self, ptr, size):
+        """Say that [ptr, ptr + size) of a managed allocation holds nothing
+        that must survive the next sleep: that sleep neither copies nor keeps
+        it, and the wake after it zero-fills it. The mark lasts until that
+        wake or a free of the allocation. InvalidArgumentError for a range
+        that is not inside one managed allocation. (With region(), the glue
+        marks the caching allocator's free blocks itself before each sleep;
+        see mark_free_blocks.)"""
+        fn = self._lib.need("dormant_mark_unused", "mark_unused()")
+        self._check(fn(self._handle(), ptr, size))
+
+    def free_block_marks(self):
+        """What the glue's marking of free blocks did: a dict with "sleeps",
+        "blocks", "bytes", "seconds" (totals) and "last" (the same for the
+        last sleep), or None before region() is used."""
+        return None if self._torch is None else self._torch.mark_stats()
 
     def alloc(self, tag, size, device=None):
         """Allocate size bytes of device memory under tag; returns the address
@@ -285,12 +369,27 @@ class Manager:
         array, _keep = _tag_array(tags)
         out = c_void_p()
         self._tls.hook_error = None
-        r = fn(self._handle(), action.encode(), array, ctypes.byref(out))
+        self._tls.rebuild_error = None
+        if self._torch is not None:
+            self._torch.tls.marked = False
+        # What the before-sleep hook of the torch glue reads (same thread).
+        self._tls.transition_tags = _TAGS_ALL if tags is None else {
+            t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+            for t in ([tags] if isinstance(tags, (str, bytes)) else tags)}
+        try:
+            r = fn(self._handle(), action.encode(), array, ctypes.byref(out))
+        finally:
+            self._tls.transition_tags = None
         message = lib.last_error() if r < 0 else ""
         report = self._take_json(out)
+        if r < 0 and action == "sleep" and self._torch is not None:
+            self._torch.after_failed_sleep()
         if r < 0:
             if not message and report:
                 message = report.get("error") or report.get("detail") or ""
+            rebuild_error, self._tls.rebuild_error = self._tls.rebuild_error, None
+            if rebuild_error:
+                message = f"{message}: {rebuild_error}" if message else rebuild_error
             err = error_from(r, message, report)
             cause, self._tls.hook_error = getattr(self._tls, "hook_error", None), None
             raise err from cause

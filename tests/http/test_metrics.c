@@ -341,7 +341,7 @@ Test(metrics, every_family_parses_and_says_what_happened)
 		"dormant_transitions_total", "dormant_transition_duration_seconds",
 		"dormant_transition_running", "dormant_steps_running", "dormant_bytes_copied_total",
 		"dormant_bytes_released_total", "dormant_bytes_zeroed_total",
-		"dormant_last_transition_timestamp_seconds", "dormant_last_transition_success",
+		"dormant_bytes_skipped_total", "dormant_last_transition_timestamp_seconds", "dormant_last_transition_success",
 	};
 	struct fixture f;
 	struct http_response r;

@@ -97,6 +97,83 @@ Test(routes, sleep_and_wake_every_tag)
 	http_response_free(&r);
 }
 
+/* Bytes marked unused are not copied: the report, /stats and /metrics say
+ * how many. */
+Test(routes, marked_bytes_are_skipped_and_counted)
+{
+	struct http_response r;
+	json_t *doc, *t;
+
+	cr_assert_eq(dormant_mark_unused(f.m, (char *)f.weights + 4096, 3 << 20), 0, "%s",
+		     dormant_last_error());
+	http_post(&f, "/sleep", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	doc = http_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(doc, "bytes_skipped")), 3 << 20);
+	cr_assert_eq(json_integer_value(json_object_get(doc, "bytes_copied")),
+		     TEST_TAG_BYTES - (3 << 20));
+	t = tag_entry(json_object_get(doc, "tags"), "weights");
+	cr_assert_eq(json_integer_value(json_object_get(t, "bytes_skipped")), 3 << 20);
+	t = tag_entry(json_object_get(doc, "tags"), "grads");
+	cr_assert_eq(json_integer_value(json_object_get(t, "bytes_skipped")), 0);
+	json_decref(doc);
+	http_response_free(&r);
+	http_get(&f, "/stats", &r);
+	doc = http_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(doc, "counters"),
+							"bytes_skipped_total")),
+		     3 << 20);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(doc, "last_sleep"),
+							"bytes_skipped")),
+		     3 << 20);
+	json_decref(doc);
+	http_response_free(&r);
+	http_get(&f, "/metrics", &r);
+	cr_assert(strstr(r.body, "\ndormant_bytes_skipped_total 3145728\n"), "%s", r.body);
+	http_response_free(&r);
+}
+
+static int failing_rebuild(struct dormant *m, const char *tag, void *userdata)
+{
+	int *fail = userdata;
+
+	(void)m;
+	(void)tag;
+	return (*fail)-- > 0 ? -1 : 0;
+}
+
+/* A rebuild tag shows its policy; a failing callback fails the wake (409,
+ * cancelled) and the retry works. */
+Test(routes, rebuild_tags_and_failed_rebuilds)
+{
+	struct http_response r;
+	json_t *doc, *t;
+	int fail = 1;
+	void *p;
+
+	cr_assert_eq(dormant_set_policy(f.m, "bf16", DORMANT_REBUILD), 0);
+	cr_assert_eq(dormant_set_rebuild(f.m, "bf16", failing_rebuild, &fail), 0);
+	cr_assert_eq(dormant_alloc(f.m, "bf16", 1 << 20, &p), 0);
+	http_get(&f, "/stats", &r);
+	doc = http_json(&r);
+	t = tag_entry(json_object_get(doc, "tags"), "bf16");
+	cr_assert_str_eq(json_string_value(json_object_get(t, "policy")), "rebuild");
+	json_decref(doc);
+	http_response_free(&r);
+	http_post(&f, "/sleep", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	http_post(&f, "/wake", NULL, &r);
+	cr_assert_eq(r.status, 409, "%s", r.body);
+	cr_assert(strstr(r.body, "cancelled") && strstr(r.body, "bf16"), "%s", r.body);
+	http_response_free(&r);
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+	http_post(&f, "/wake", NULL, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	http_response_free(&r);
+	cr_assert(weights_intact(&f));
+}
+
 Test(routes, tags_in_body_and_query)
 {
 	struct http_response r;

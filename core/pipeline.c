@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+#include "pipeline.h"
+
+#include "manager.h"
+#include "staging.h"
+
+/* Wait for the oldest piece; finish its host side; on sleep, release its
+ * chunk when it was the chunk's last piece. */
+static int complete_oldest(struct pipeline *p)
+{
+	struct engine *e = p->e;
+	struct flight f = p->ring[p->head];
+	void *event = p->ed->events[p->head];
+	int r;
+
+	p->head = (p->head + 1) % ENGINE_WINDOW;
+	p->count--;
+	r = e->backend->ops->event_wait(e->backend, p->device, event);
+	if (f.slot >= 0) {
+		if (r == 0 && p->to_host)
+			workers_memcpy(e->workers, (char *)f.item->chunk->host.ptr + f.host_offset,
+				       staging_slot(p->ed, f.slot), f.length);
+		p->slot_busy[f.slot] = false;
+	}
+	if (r < 0)
+		return error_prefix(r, "waiting for a copy on device %d", p->device);
+	if (p->to_host && f.last) {
+		struct xfer_item *it = f.item;
+
+		it->chunk->host_valid = true;
+		r = engine_chunk_release(e, it->alloc, it->chunk);
+		if (r < 0)
+			return r;
+		it->change->bytes_released += it->chunk->size;
+		p->totals->released += it->chunk->size;
+		it->change->bytes_skipped += it->chunk->plan.skipped;
+		p->totals->skipped += it->chunk->plan.skipped;
+	}
+	return 0;
+}
+
+/* Wait out everything in flight after a failure, keeping the first error. */
+void pipeline_abort(struct pipeline *p)
+{
+	while (p->count) {
+		struct flight *f = &p->ring[p->head];
+
+		f->last = false; /* release nothing on the way out */
+		(void)p->e->backend->ops->event_wait(p->e->backend, p->device,
+						     p->ed->events[p->head]);
+		if (f->slot >= 0)
+			p->slot_busy[f->slot] = false;
+		p->head = (p->head + 1) % ENGINE_WINDOW;
+		p->count--;
+	}
+}
+
+int pipeline_drain(struct pipeline *p)
+{
+	while (p->count) {
+		int r = complete_oldest(p);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int free_slot(struct pipeline *p)
+{
+	for (;;) {
+		for (int s = 0; s < ENGINE_STAGING_SLOTS; s++)
+			if (!p->slot_busy[s])
+				return s;
+		int r = complete_oldest(p);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* Queue one piece of an item's copy, direct or through a staging slot. */
+static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
+		       size_t host_offset, size_t length, bool last)
+{
+	struct engine *e = p->e;
+	struct chunk *c = it->chunk;
+	char *host = (char *)c->host.ptr + host_offset;
+	uintptr_t dev = c->va + offset;
+	unsigned index;
+	int slot = -1, r;
+
+	if (!c->host.pin_piece) {
+		slot = free_slot(p);
+		if (slot < 0)
+			return slot;
+	}
+	while (p->count == ENGINE_WINDOW) {
+		r = complete_oldest(p);
+		if (r < 0)
+			return r;
+	}
+	if (slot >= 0) {
+		p->slot_busy[slot] = true;
+		if (!p->to_host)
+			workers_memcpy(e->workers, staging_slot(p->ed, slot), host, length);
+		host = staging_slot(p->ed, slot);
+	}
+	index = (p->head + p->count) % ENGINE_WINDOW;
+	if (p->to_host)
+		r = backend_copy_to_host(e->backend, p->device, host, dev, length, p->ed->stream);
+	else
+		r = backend_copy_to_device(e->backend, p->device, dev, host, length, p->ed->stream);
+	if (r == 0)
+		r = e->backend->ops->event_record(e->backend, p->device, p->ed->events[index],
+						  p->ed->stream);
+	if (r < 0) {
+		if (slot >= 0)
+			p->slot_busy[slot] = false;
+		return error_prefix(r, "copying %zu bytes %s device %d", length,
+				    p->to_host ? "from" : "to", p->device);
+	}
+	p->ring[index] = (struct flight){ .item = it, .host_offset = host_offset,
+					  .length = length, .slot = slot, .last = last };
+	p->count++;
+	it->change->bytes_copied += length;
+	p->totals->copied += length;
+	return 0;
+}
+
+/* Queue the runs of a chunk's plan (extent.h), each split where the host
+ * side requires: one copy never spans two pinned pieces of the packed host
+ * copy, nor more than a staging slot. */
+int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
+{
+	struct chunk *c = it->chunk;
+	const struct copy_plan *plan = &c->plan;
+	size_t piece = c->host.pin_piece ? c->host.pin_piece : p->ed->slot_bytes;
+	int r;
+
+	for (size_t i = 0; i < plan->count; i++) {
+		const struct copy_run *run = &plan->runs[i];
+
+		for (size_t done = 0; done < run->size;) {
+			size_t host = run->host_offset + done;
+			size_t len = MIN(run->size - done, c->host.pin_piece ? piece - host % piece
+									      : piece);
+
+			done += len;
+			r = issue_piece(p, it, run->offset + done - len, host, len,
+					i + 1 == plan->count && done == run->size);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}

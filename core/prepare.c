@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+#include "prepare.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manager.h"
+
+/* A buffer of the plan's size: a kept one (retain mode) serves while it is
+ * large enough and not much larger (host memory stays near the live bytes). */
+static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
+{
+	size_t want = round_up(c->plan.kept, 4096);
+
+	return !c->host.ptr || c->host.size < want ||
+	       c->host.size - want > MAX(c->host.size / 4, HOSTBUF_SLACK_BYTES) ||
+	       (e->pin_host && !c->host.pin_piece);
+}
+
+/* Stage one: a buffer of the right size, faulted in. */
+static int host_fault_in(struct engine *e, struct xfer_item *it)
+{
+	struct chunk *c = it->chunk;
+	int r;
+
+	if (c->host.ptr) { /* grown since its last sleep, or left unpinned */
+		size_t size = c->host.size;
+
+		hostbuf_free(e->backend, &c->host);
+		engine_account_host(it->tag, -(int64_t)size);
+	}
+	r = hostbuf_alloc(e->backend, c->plan.kept, &c->host);
+	if (r < 0)
+		return r;
+	engine_account_host(it->tag, (int64_t)c->host.size);
+	if (e->pin_host)
+		hostbuf_touch(e->workers, &c->host);
+	return 0;
+}
+
+/* Stage two: registered with the device, or left for the staging ring. */
+static void host_pin(struct engine *e, struct xfer_item *it)
+{
+	if (e->pin_host && hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece) < 0)
+		log_write(&e->log, DORMANT_LOG_WARNING,
+			  "host copy stays unpinned (copied through the staging ring): %s",
+			  dormant_last_error());
+}
+
+static void prep_fail(struct prep *p, int r)
+{
+	if (!p->error) {
+		p->error = r;
+		snprintf(p->message, sizeof(p->message), "%s", dormant_last_error());
+	}
+	pthread_cond_broadcast(&p->cond);
+}
+
+static void *prep_fault_main(void *arg)
+{
+	struct prep *p = arg;
+
+	for (size_t k = 0; k < p->count; k++) {
+		int r;
+
+		pthread_mutex_lock(&p->lock);
+		if (p->stop || p->error) {
+			pthread_mutex_unlock(&p->lock);
+			break;
+		}
+		pthread_mutex_unlock(&p->lock);
+		r = host_fault_in(p->e, p->queue[k]);
+		pthread_mutex_lock(&p->lock);
+		if (r < 0)
+			prep_fail(p, r);
+		else
+			p->faulted = k + 1;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		if (r < 0)
+			break;
+	}
+	return NULL;
+}
+
+static void *prep_pin_main(void *arg)
+{
+	struct prep *p = arg;
+
+	for (size_t k = 0; k < p->count; k++) {
+		pthread_mutex_lock(&p->lock);
+		while (p->faulted <= k && !p->stop && !p->error)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (p->faulted <= k) {
+			pthread_mutex_unlock(&p->lock);
+			break;
+		}
+		pthread_mutex_unlock(&p->lock);
+		host_pin(p->e, p->queue[k]);
+		pthread_mutex_lock(&p->lock);
+		p->ready = k + 1;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return NULL;
+}
+
+int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
+		      size_t count)
+{
+	memset(p, 0, sizeof(*p));
+	p->e = e;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->queue = malloc(MAX(count, (size_t)1) * sizeof(*p->queue));
+	if (!p->queue)
+		return error_set(-ENOMEM, "out of host memory");
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+
+		if (it->alloc->device == d && xfer_is_keep(it) && it->chunk->mapped &&
+		    it->chunk->plan.kept && needs_host_buffer(e, it->chunk))
+			p->queue[p->count++] = it;
+	}
+	if (!p->count)
+		return 0;
+	/* Without both threads, prep_wait() prepares each buffer itself. */
+	if (pthread_create(&p->fault_thread, NULL, prep_fault_main, p) != 0)
+		return 0;
+	p->fault_running = true;
+	if (pthread_create(&p->pin_thread, NULL, prep_pin_main, p) == 0) {
+		p->pin_running = true;
+		return 0;
+	}
+	/* prep_wait() redoes whatever the fault thread got to */
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->fault_thread, NULL);
+	p->fault_running = false;
+	return 0;
+}
+
+/* Wait until it has its host buffer (the consumer takes the queue in order). */
+int prep_wait(struct prep *p, struct xfer_item *it)
+{
+	size_t k = p->next;
+	int r = 0;
+
+	if (k == p->count || p->queue[k] != it)
+		return 0; /* its buffer was there already */
+	p->next++;
+	if (!p->pin_running) {
+		r = host_fault_in(p->e, it);
+		if (r == 0)
+			host_pin(p->e, it);
+		return r;
+	}
+	pthread_mutex_lock(&p->lock);
+	while (p->ready <= k && !p->error)
+		pthread_cond_wait(&p->cond, &p->lock);
+	if (p->ready <= k)
+		r = error_set(p->error, "%s", p->message);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+void prep_finish(struct prep *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	if (p->fault_running)
+		pthread_join(p->fault_thread, NULL);
+	if (p->pin_running)
+		pthread_join(p->pin_thread, NULL);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p->queue);
+}

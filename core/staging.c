@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+#include "staging.h"
+
+int staging_ready(struct engine *e, int d)
+{
+	struct engine_device *ed = &e->devices[d];
+	int r;
+
+	if (ed->staging.ptr)
+		return 0;
+	r = hostbuf_alloc(e->backend, e->staging_bytes, &ed->staging);
+	if (r < 0)
+		return error_prefix(r, "allocating the staging ring");
+	hostbuf_touch(e->workers, &ed->staging);
+	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece);
+	if (r < 0) {
+		hostbuf_free(e->backend, &ed->staging);
+		return error_prefix(r, "allocating the staging ring");
+	}
+	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
+	atomic_fetch_add(&e->staging_held, ed->staging.size);
+	return 0;
+}
+
+void staging_finish(struct engine *e, int d)
+{
+	struct engine_device *ed = &e->devices[d];
+
+	if (!ed->staging.ptr)
+		return;
+	atomic_fetch_sub(&e->staging_held, ed->staging.size);
+	hostbuf_free(e->backend, &ed->staging);
+	ed->slot_bytes = 0;
+}
