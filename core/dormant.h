@@ -207,10 +207,12 @@ DORMANT_EXPORT int dormant_free(struct dormant *m, void *ptr);
  * must survive the next sleep: that sleep copies none of it (its host copy
  * holds only the other bytes, so no host memory either) and the wake after
  * it zero-fills it. The PyTorch glue marks the blocks its caching allocator
- * holds free. Marks add up; they last until the next wake that succeeds
- * (also one that changes nothing, or wakes other tags: the marks of every
- * tag awake then are dropped) or a free of the allocation; a sleep that
- * fails and rolls back keeps them (they stand for its retry). They only
+ * holds free. Marks add up; they last until the next wake (also one that
+ * fails, changes nothing, or wakes other tags: the marks of every tag awake
+ * then are dropped), a free of the allocation, or a sleep that fails: it
+ * drops the marks of every tag awake after it, since training goes on and
+ * may refill those bytes (mark again before the retry; the PyTorch glue
+ * marks before every sleep). They only
  * matter for DORMANT_KEEP memory. Each run of kept bytes between marks is
  * at least one copy, so many small marks cost copies: mark what is large.
  * Returns -EINVAL for a range not inside one allocation of this manager,
@@ -310,9 +312,9 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
  * with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
- * callback (dormant_set_rebuild()) refused, with the same guarantee. A wake
- * that succeeds (also one that changes nothing) drops the marks of every
- * awake tag (dormant_mark_unused()).
+ * callback (dormant_set_rebuild()) refused, with the same guarantee. Every
+ * wake (also one that fails or changes nothing) drops the marks of every
+ * tag awake after it (dormant_mark_unused()).
  */
 DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
 				struct dormant_report *ret);
@@ -487,6 +489,23 @@ DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size);
 DORMANT_EXPORT int dormant_set_thread_policy(int policy);
 /* The calling thread's policy for dormant_torch_malloc(). Never fails. */
 DORMANT_EXPORT int dormant_get_thread_policy(void);
+
+/* ---- Whole-process capture (preload/dormant-preload.h) -------------------- */
+
+/*
+ * The manager set with dormant_torch_set_manager(), or NULL. Not owned by the
+ * caller. Under whole-process capture it is the shim's process manager, which
+ * the Python package attaches to instead of creating a second one.
+ */
+DORMANT_EXPORT struct dormant *dormant_torch_get_manager(void);
+
+/*
+ * Whether ptr is the start of an allocation of m, in any state (asleep too).
+ * False for NULL arguments. Never fails, never sets dormant_last_error(). The
+ * capture shim asks this before freeing, to send other pointers to the CUDA
+ * runtime without waiting for the device.
+ */
+DORMANT_EXPORT bool dormant_owns(struct dormant *m, const void *ptr);
 
 /* ---- Copies -------------------------------------------------------------- */
 

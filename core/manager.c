@@ -912,3 +912,19 @@ DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
+
+/* ---- whole-process capture ----------------------------------------------- */
+
+DORMANT_EXPORT bool dormant_owns(struct dormant *m, const void *ptr)
+{
+	size_t i;
+	bool owned;
+
+	if (!m || !ptr)
+		return false;
+	pthread_mutex_lock(&m->lock);
+	i = alloc_upper_bound(m, (uintptr_t)ptr);
+	owned = i > 0 && m->allocs[i - 1]->ptr == ptr;
+	pthread_mutex_unlock(&m->lock);
+	return owned;
+}

@@ -20,6 +20,11 @@ DORMANT_EXPORT int dormant_torch_set_manager(struct dormant *m)
 	return 0;
 }
 
+DORMANT_EXPORT struct dormant *dormant_torch_get_manager(void)
+{
+	return atomic_load(&torch_manager);
+}
+
 void torch_forget(struct dormant *m)
 {
 	struct dormant *expected = m;

@@ -285,8 +285,11 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		m->health_error[0] = '\0';
 	}
 	/* Marks last until a wake: the woken tags' host copies are consumed,
-	 * and the marks of tags that stayed awake are stale by now. */
-	if (!t->sleep && result == 0)
+	 * and the marks of tags that stayed awake are stale by now. A sleep
+	 * that failed drops the marks of every tag it left awake: training
+	 * goes on and may refill those bytes, so a retry must be marked anew
+	 * (keeping them would let the retry skip live data). */
+	if (result < 0 || !t->sleep)
 		marks_drop_awake(m);
 
 	*last = (struct dormant_transition_stats){
@@ -350,6 +353,7 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		if (r < 0) {
 			pthread_mutex_lock(&m->lock);
 			m->busy[!sleep]++;
+			marks_drop_awake(m); /* the steps go on: see settle() */
 			m->transition_running = false;
 			pthread_mutex_unlock(&m->lock);
 			return r;

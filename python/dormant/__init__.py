@@ -17,9 +17,11 @@ options from configure() and the environment ($DORMANT_BACKEND,
 $DORMANT_HOST_MODE, ...). Create Manager objects for more control.
 
 Importing dormant needs only the standard library and libdormant; torch is
-imported by region() alone. See docs/pytorch.md.
+imported by region() alone. See docs/pytorch.md, and docs/capture.md for
+whole-process capture (dormant.preload).
 """
 import atexit
+import logging
 import threading
 
 from .errors import (AddressInUseError, BusyError, CancelledError, DeviceError, DormantError,
@@ -27,9 +29,10 @@ from .errors import (AddressInUseError, BusyError, CancelledError, DeviceError, 
                      OutOfMemoryError, PermissionDeniedError, StepTimeoutError, UnknownTagError,
                      UnsupportedError)
 from .manager import Manager, Server, stop_all_servers
+from . import preload  # noqa: E402 (whole-process capture; standard library only)
 
 __all__ = [
-    "Manager", "Server", "configure", "manager", "region", "set_policy", "sleep", "wake",
+    "Manager", "Server", "configure", "manager", "preload", "region", "set_policy", "sleep", "wake",
     "stats", "serve", "step", "on_sleep", "on_wake", "add_hook", "remove_hook", "library_path",
     "DormantError", "BusyError", "OutOfMemoryError", "UnknownTagError", "InvalidArgumentError",
     "CancelledError", "StepTimeoutError", "DeviceError", "NoDeviceError", "LimitError",
@@ -41,6 +44,7 @@ __version__ = "0.1.0"
 _default = None
 _default_options = {}
 _default_lock = threading.Lock()
+_log = logging.getLogger("dormant")
 
 
 def configure(**options):
@@ -55,11 +59,23 @@ def configure(**options):
 
 
 def manager():
-    """The default Manager, created on first use."""
+    """The default Manager, created on first use. Under whole-process capture
+    (dormant-run --capture, see dormant.preload) it is the capture shim's
+    process manager, which the process does not own: configure() options do
+    not apply to it (its options come from the environment)."""
     global _default
     with _default_lock:
         if _default is None or _default.closed:
-            _default = Manager(**_default_options)
+            from . import preload
+            handle = preload._process_manager()
+            if handle is not None:
+                if _default_options:
+                    _log.warning("dormant.configure() options %s do not apply to the "
+                                 "whole-process capture manager (set DORMANT_* variables)",
+                                 sorted(_default_options))
+                _default = Manager._attach(handle)
+            else:
+                _default = Manager(**_default_options)
         return _default
 
 

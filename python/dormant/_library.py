@@ -9,6 +9,9 @@ The library is looked for, in this order:
   4. the library folder recorded at installation (dormant/_paths.py,
      written by meson install);
   5. the system loader (libdormant.so.0, then libdormant.so).
+Under whole-process capture (libdormant-preload.so, see dormant.preload) the
+libdormant the shim already loaded comes before all of these: a second copy
+would have a manager registry of its own.
 When none loads, LibraryNotFoundError lists every place tried and why.
 """
 import ctypes
@@ -195,8 +198,24 @@ def _installed_libdir():
     return getattr(_paths, "LIBDIR", None)
 
 
+def preloaded_path():
+    """The libdormant that the capture shim loaded into this process, or None
+    when libdormant-preload.so is not loaded."""
+    try:
+        process = ctypes.CDLL(None)
+        process.dormant_preload_manager  # noqa: B018 (present only with the shim)
+        process.dormant_new  # noqa: B018
+    except (AttributeError, OSError):
+        return None
+    path = _loaded_path(process, None)
+    return path if path and os.path.exists(path) else None
+
+
 def candidates():
     """(description, path or soname, is_file) in search order."""
+    preloaded = preloaded_path()
+    if preloaded:
+        return [("the capture shim's (libdormant-preload.so)", preloaded, True)]
     env = os.environ.get("DORMANT_LIB")
     if env:
         return [("$DORMANT_LIB", env, True)]

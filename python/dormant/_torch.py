@@ -127,7 +127,6 @@ class TorchGlue:
         start = time.perf_counter()
         blocks = nbytes = 0
         try:
-            self.tls.marked = True  # read by after_failed_sleep() on this thread
             blocks, nbytes = self.mark_free_blocks(self.sleeping_tags())
         except Exception:
             log.warning("dormant: marking PyTorch's free blocks as unused failed; the sleep "
@@ -140,29 +139,6 @@ class TorchGlue:
             t["blocks"] += blocks
             t["bytes"] += nbytes
             t["seconds"] += seconds
-
-    def after_failed_sleep(self):
-        """A sleep from Python on this thread failed and rolled back. Its
-        marks would stand for the next sleep, but training may now refill
-        those free blocks: drop them with a wake of the awake tags (a no-op
-        wake drops the marks of every awake tag), so that the next sleep's
-        hook marks afresh what is free then."""
-        if not getattr(self.tls, "marked", False):
-            return
-        self.tls.marked = False
-        awake = [t["tag"] for t in self.manager.stats().get("tags", [])
-                 if t.get("state") == "awake"]
-        if not awake:
-            return
-        names = (ctypes.c_char_p * (len(awake) + 1))(*[t.encode() for t in awake], None)
-        out = ctypes.c_void_p()
-        r = self.lib.dormant_transition_json(self.manager._handle(), b"wake", names,
-                                             ctypes.byref(out))
-        if out.value:
-            self.lib.dormant_json_free(out)
-        if r < 0:
-            log.warning("dormant: could not drop the marks of a failed sleep (%s); the next "
-                        "sleep may skip blocks filled since", self.lib.last_error())
 
     def sleeping_tags(self):
         """The awake tags this sleep may cover: those named, for a sleep from

@@ -120,15 +120,8 @@ class Manager:
     def __init__(self, *, backend=None, host_mode=None, chunk_bytes=0, guard_timeout_ms=0,
                  copy_threads=0, staging_bytes=0, host_devices=0, host_device_bytes=0,
                  log=None, mark_free_blocks=True):
-        self._lib = _library.get()
-        self._m = None
+        self._init_state()
         self.mark_free_blocks = bool(mark_free_blocks)
-        self._hooks = {}            # id -> (fn, C callback, point)
-        self._rebuilds = {}         # tag -> (fn, C callback): must outlive the C side's use
-        self._servers = set()
-        self._tls = threading.local()
-        self._lock = threading.Lock()
-        self._torch = None          # the region machinery, once region() is used
         if host_mode not in _library.HOST_MODES:
             raise InvalidArgumentError(
                 f'host_mode must be "retain", "release" or None, not {host_mode!r}', errno.EINVAL)
@@ -149,6 +142,36 @@ class Manager:
         self._check(self._lib.dormant_new(ctypes.byref(opts), ctypes.byref(handle)))
         self._m = handle
         _live_managers.add(self)
+
+    def _init_state(self):
+        self._lib = _library.get()
+        self._m = None
+        self._owned = True          # False: the capture shim's manager (see _attach)
+        self._hooks = {}            # id -> (fn, C callback, point)
+        self._rebuilds = {}         # tag -> (fn, C callback): must outlive the C side's use
+        self._servers = set()
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self._torch = None          # the region machinery, once region() is used
+        self._log_callback = None
+        self.mark_free_blocks = True
+
+    @classmethod
+    def _attach(cls, handle):
+        """A Manager over a manager this object does not own: the process
+        manager of whole-process capture (dormant.preload). close() stops
+        this object's servers and forgets the handle; the manager lives on."""
+        self = cls.__new__(cls)
+        self._init_state()
+        self._m = c_void_p(handle)
+        self._owned = False
+        _live_managers.add(self)
+        return self
+
+    @property
+    def captured(self):
+        """True for the process manager of whole-process capture."""
+        return not self._owned
 
     # ---- plumbing ---------------------------------------------------------
 
@@ -204,11 +227,11 @@ class Manager:
         used afterwards. Idempotent."""
         for server in list(self._servers):
             server.stop()
-        if self._torch is not None:
+        if self._torch is not None and self._owned:
             self._torch.detach()
         with self._lock:
             handle, self._m = self._m, None
-        if handle is not None:
+        if handle is not None and self._owned:
             self._lib.dormant_destroy(handle)
         self._hooks.clear()
         _live_managers.discard(self)
@@ -370,8 +393,6 @@ class Manager:
         out = c_void_p()
         self._tls.hook_error = None
         self._tls.rebuild_error = None
-        if self._torch is not None:
-            self._torch.tls.marked = False
         # What the before-sleep hook of the torch glue reads (same thread).
         self._tls.transition_tags = _TAGS_ALL if tags is None else {
             t.decode("utf-8", "replace") if isinstance(t, bytes) else t
@@ -382,8 +403,6 @@ class Manager:
             self._tls.transition_tags = None
         message = lib.last_error() if r < 0 else ""
         report = self._take_json(out)
-        if r < 0 and action == "sleep" and self._torch is not None:
-            self._torch.after_failed_sleep()
         if r < 0:
             if not message and report:
                 message = report.get("error") or report.get("detail") or ""
@@ -620,7 +639,7 @@ class Manager:
         # Best effort for managers nobody closed; never while PyTorch may
         # still hold tensors in its memory.
         try:
-            if self._m is not None and self._torch is None and not self._servers:
+            if self._m is not None and self._owned and self._torch is None and not self._servers:
                 self.close()
         except Exception:
             pass

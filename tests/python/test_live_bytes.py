@@ -426,8 +426,9 @@ def test_marking_runs_after_the_guard_closed(glue):
 @needs_marks
 def test_marks_of_a_failed_sleep_do_not_outlive_it(glue):
     """A sleep that fails after the glue marked rolls back; training may then
-    refill a marked block. The next sleep must copy it: the glue drops the
-    failed sleep's marks (with a no-op wake) instead of letting them stand."""
+    refill a marked block. The next sleep must copy it: the failed sleep's
+    marks must not stand (the library drops them, and the next sleep's hook
+    marks what is free then)."""
     fake, mgr, module = glue
     segs = Segments(fake)
     with mgr.region("weights"):

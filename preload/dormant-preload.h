@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Whole-process capture: libdormant-preload.so, loaded with LD_PRELOAD (see
+ * tools/dormant-run and docs/capture.md), interposes the CUDA runtime's
+ * cudaMalloc and cudaFree so that every device allocation a program makes
+ * through them (PyTorch's caching allocator included) is a dormant allocation
+ * of one process-wide manager, under the calling thread's tag and policy
+ * ("default", following the tag's policy, keep unless set otherwise; a region
+ * chooses others: dormant_set_thread_tag(), dormant_set_thread_policy()).
+ *
+ * Capture is on when $DORMANT_PRELOAD is "1"; otherwise every call goes
+ * through to the CUDA runtime untouched. The manager is created at the first
+ * interposed allocation (or the first dormant_preload_manager() call), with
+ * options from the environment ($DORMANT_BACKEND, $DORMANT_HOST_MODE, ...),
+ * and an HTTP server is started beside it when $DORMANT_LISTEN is set.
+ *
+ * What is not captured, and what the shim does then:
+ *  - cudaMallocAsync, cudaMallocFromPoolAsync, cudaMallocManaged: passed to
+ *    the CUDA runtime, counted in struct dormant_preload_stats and /stats,
+ *    one log line per kind on stderr. That memory stays resident.
+ *  - cudaMallocHost, cudaHostAlloc, cudaMallocPitch, cudaMalloc3D, arrays:
+ *    not interposed (host memory, or rare entry points).
+ *  - capture that cannot start (PyTorch's expandable segments or its
+ *    cudaMallocAsync backend in $PYTORCH_CUDA_ALLOC_CONF / $PYTORCH_ALLOC_CONF,
+ *    a manager or server that fails to start): every cudaMalloc then returns
+ *    cudaErrorInitializationError and the reason is logged once; nothing is
+ *    half captured.
+ *  - a child made by fork() without exec() is not captured: the shim passes
+ *    every call through there (the parent's manager is not the child's).
+ *
+ * The shim never exits or aborts the process. Its lines on stderr start with
+ * "dormant-preload: "; $DORMANT_PRELOAD_QUIET=1 silences them.
+ */
+#ifndef DORMANT_PRELOAD_H
+#define DORMANT_PRELOAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dormant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dormant_preload_stats {
+	/* Capture works in this process: allocations go to the manager. */
+	bool active;
+	/* "" while active or not yet started; else why not ("off",
+	 * "forked child", or the refusal). */
+	char reason[DORMANT_ERROR_MAX];
+	uint64_t captured_allocations; /* cudaMalloc calls the manager served */
+	uint64_t captured_frees;       /* cudaFree/cudaFreeAsync of its pointers */
+	uint64_t failed_allocations;   /* cudaMalloc calls that returned an error */
+	uint64_t foreign_frees;        /* frees of other pointers, passed through */
+	uint64_t async_allocations;    /* cudaMallocAsync/FromPoolAsync passed through */
+	uint64_t async_bytes;
+	uint64_t managed_allocations;  /* cudaMallocManaged passed through */
+	uint64_t managed_bytes;
+};
+
+/*
+ * The process manager of the shim, created on first use. Not owned by the
+ * caller: never dormant_destroy() it. It is also the manager of
+ * dormant_torch_malloc() (dormant_torch_get_manager()).
+ * Returns -ENOTSUP when capture is off in this process ($DORMANT_PRELOAD not
+ * "1", or a forked child), -EPERM when capture was refused (the message says
+ * why), or the error of dormant_new() / dormant_server_start().
+ * Thread-safe.
+ */
+DORMANT_EXPORT int dormant_preload_manager(struct dormant **ret);
+
+/* Fill *ret with the shim's counters. Never fails for a non-NULL ret. */
+DORMANT_EXPORT int dormant_preload_stats_get(struct dormant_preload_stats *ret);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
