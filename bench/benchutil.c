@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -270,6 +271,25 @@ int bench_fail(const char *fmt, ...)
 	r = report(fmt, ap, NULL);
 	va_end(ap);
 	return r;
+}
+
+int bench_flag_error(int opt, char **argv, const struct option *longopts)
+{
+	const char *arg = argv[optind - 1];
+
+	if (opt == ':') {
+		for (const struct option *o = longopts; o->name; o++)
+			if (o->val == optopt)
+				return bench_fail("option --%s needs a value (%s --help lists the options)",
+						  o->name, bench_program);
+		return bench_fail("option '%s' needs a value (%s --help lists the options)", arg,
+				  bench_program);
+	}
+	/* a short option's character is in optopt, a long one's text only in argv */
+	if (optopt > 0 && optopt < 128 && strncmp(arg, "--", 2) != 0)
+		return bench_fail("unknown option '-%c' (%s --help lists the options)", optopt,
+				  bench_program);
+	return bench_fail("unknown option '%s' (%s --help lists the options)", arg, bench_program);
 }
 
 int bench_fail_lib(const char *fmt, ...)

@@ -62,6 +62,13 @@ int bench_fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
 /* The same, followed by ": " and the library's message. */
 int bench_fail_lib(const char *fmt, ...) PRINTF_LIKE(1, 2);
 
+struct option;
+/* For getopt_long() run with opterr 0 and an option string that starts
+ * with ':': say in one line why the flag getopt_long() returned opt for
+ * (':' a missing value, anything else an unknown option) is wrong, and
+ * return -1. */
+int bench_flag_error(int opt, char **argv, const struct option *longopts);
+
 /* Pinned host memory, as the engine makes it (core/hostbuf.c): allocated,
  * faulted in over the worker threads, registered in pieces of piece_bytes.
  * A copy must stay inside one piece. Free it with hostbuf_free(). Returns 0

@@ -36,6 +36,9 @@
 #include "workers.h"
 
 #define EXIT_USAGE 2
+#ifndef DORMANT_VERSION
+#define DORMANT_VERSION "unknown"
+#endif
 #define EXIT_SKIP 77 /* Meson's "skipped" */
 
 #define KEEP_TAG "weights"
@@ -177,6 +180,8 @@ static void usage(FILE *f)
 	      "  --force             run even when the sizes do not seem to fit in memory\n"
 	      "  --verbose           the library's log on stderr\n"
 	      "  --debug-corrupt     change one kept byte before the check (the run must fail)\n"
+	      "  -h, --help          this text\n"
+	      "  -V, --version       the version\n"
 	      "SIZE: a number with an optional unit: K, M, G, T, KiB, MiB, GiB, TiB, KB, MB, GB.\n"
 	      "Exit status: 0 done and verified, 1 error, 2 bad usage, 77 skipped (does not fit).\n",
 	      f);
@@ -228,6 +233,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 		{ "verbose", no_argument, NULL, OPT_VERBOSE },
 		{ "debug-corrupt", no_argument, NULL, OPT_DEBUG_CORRUPT },
 		{ "help", no_argument, NULL, OPT_HELP },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long n;
@@ -243,7 +249,8 @@ static int options_parse(int argc, char **argv, struct options *o)
 		.ceiling_reps = 3,
 		.seed = 1,
 	};
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	opterr = 0; /* bench_flag_error() says it in one line */
+	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_KEEP:
 			if (parse_size("--keep", optarg, &o->keep_bytes) < 0)
@@ -329,9 +336,11 @@ static int options_parse(int argc, char **argv, struct options *o)
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case 'V':
+			printf("dormant-bench %s\n", DORMANT_VERSION);
+			exit(0);
 		default:
-			usage(stderr);
-			return -1;
+			return bench_flag_error(c, argv, longopts);
 		}
 	}
 	if (optind < argc) {

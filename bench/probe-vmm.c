@@ -31,6 +31,9 @@
 #include "workers.h"
 
 #define EXIT_USAGE 2
+#ifndef DORMANT_VERSION
+#define DORMANT_VERSION "unknown"
+#endif
 #define EXIT_SKIP 77
 #define LIST_MAX 32
 #define THREADS_MAX 64
@@ -130,6 +133,8 @@ static void usage(FILE *f)
 	      "  --label NAME      name stored in the JSON\n"
 	      "  --json            print one JSON object on stdout instead of the table\n"
 	      "  --json-out FILE   also write that JSON object to FILE\n"
+	      "  -h, --help        this text\n"
+	      "  -V, --version     the version\n"
 	      "Exit status: 0 done, 1 error, 2 bad usage, 77 skipped (not enough device memory).\n",
 	      f);
 }
@@ -190,6 +195,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "json-out", required_argument, NULL, OPT_JSON_OUT },
 		{ "help", no_argument, NULL, OPT_HELP },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *chunks = NULL, *threads = "1,4,8";
@@ -197,7 +203,8 @@ static int options_parse(int argc, char **argv, struct options *o)
 	int c;
 
 	*o = (struct options){ .backend = "auto", .size = 16 * GiB, .reps = 3, .overlap = 4 * GiB };
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	opterr = 0; /* bench_flag_error() says it in one line */
+	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_BACKEND:
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cuda") && strcmp(optarg, "host"))
@@ -236,9 +243,11 @@ static int options_parse(int argc, char **argv, struct options *o)
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case 'V':
+			printf("probe-vmm %s\n", DORMANT_VERSION);
+			exit(0);
 		default:
-			usage(stderr);
-			return -1;
+			return bench_flag_error(c, argv, longopts);
 		}
 	}
 	if (optind < argc)

@@ -102,7 +102,7 @@ static int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\n(dormantctl --help for usage)\n", stderr);
+	fputs(" (dormantctl --help for usage)\n", stderr);
 	return EXIT_USAGE;
 }
 
@@ -296,7 +296,10 @@ static int parse_options(int argc, char **argv, struct options *o)
 	o->run.retry.max_delay_s = 30;
 	o->family = AF_UNSPEC;
 
-	while ((c = getopt_long(argc, argv, "f:p:t:j:r:46hV", long_options, NULL)) != -1) {
+	opterr = 0; /* usage_error() says it, in one line */
+	/* ':' first: a missing value (':') is told apart from an unknown
+	 * option ('?') */
+	while ((c = getopt_long(argc, argv, ":f:p:t:j:r:46hV", long_options, NULL)) != -1) {
 		switch (c) {
 		case 'f':
 			if (o->file)
@@ -370,8 +373,17 @@ static int parse_options(int argc, char **argv, struct options *o)
 		case 'V':
 			printf("dormantctl %s\n", DORMANT_VERSION);
 			exit(EXIT_SUCCESS);
+		case ':':
+			for (const struct option *lo = long_options; lo->name; lo++)
+				if (lo->val == optopt)
+					return usage_error("option --%s needs a value", lo->name);
+			return usage_error("option '%s' needs a value", argv[optind - 1]);
 		default:
-			return usage_error("unknown option");
+			/* a short option's character is in optopt, a long one's
+			 * text only in argv */
+			if (optopt > 0 && optopt < 128 && strncmp(argv[optind - 1], "--", 2) != 0)
+				return usage_error("unknown option '-%c'", optopt);
+			return usage_error("unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)

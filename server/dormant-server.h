@@ -56,9 +56,16 @@ struct dormant_server_options {
 	/* Threads that answer requests. 0: 4. At most 256. A sleep or wake runs
 	 * on a thread of its own meanwhile, so it holds none of them up. */
 	unsigned threads;
-	/* Concurrent connections, at least threads. 0: 64. At most 65536. */
+	/* Concurrent connections, at least threads. 0: 64. At most 65536.
+	 * When a new connection would go over it, the connection that has
+	 * waited longest for a request (idle keep-alive, or a request still
+	 * arriving) is closed to make room; connections whose request is being
+	 * answered are never closed so. Only when every connection is being
+	 * answered is the new one closed instead. A probe therefore always
+	 * gets in, however many stalled connections are open. */
 	unsigned max_connections;
-	/* Idle seconds before a connection is closed. 0: 30. At most 86400. */
+	/* Idle seconds before a connection is closed (also while an answer is
+	 * being sent). 0: 30. At most 86400. */
 	unsigned connection_timeout_s;
 	/* No access log on stderr. */
 	bool quiet;
@@ -67,7 +74,33 @@ struct dormant_server_options {
 	/* Added after the first release: appended to /metrics. */
 	dormant_metrics_extra_fn metrics_extra;
 	void *metrics_extra_userdata;
+	/* Added later. Connections of one client address (all of loopback is
+	 * one address, as are all clients of a Unix socket) at once. 0: 32. At most max_connections. Over it, the
+	 * connection of that client that has waited longest for a request is
+	 * closed to make room, as for max_connections, so a client flooding
+	 * the server closes its own connections first and leaves the rest of
+	 * max_connections to the others. */
+	unsigned max_connections_per_ip;
+	/* Seconds a connection has, from its opening or from its previous
+	 * answer, to deliver a whole request (line, headers, body); then it is
+	 * closed. Bounds slow clients and idle keep-alive connections. 0: 10.
+	 * At most 86400. */
+	unsigned request_timeout_s;
+	/* The fault switch, a test tool for rehearsing device failures over
+	 * HTTP: rules "WHEN:OP[:NTH[:ERROR[:TIMES]]]" separated by commas (see
+	 * docs/testing.md), e.g. "wake:create" (the next wake's first memory
+	 * creation fails with ENOMEM) or "sleep:copy:2:EIO:0" (every sleep's
+	 * second copy fails). NULL: $DORMANT_FAULTS if set; "" or no variable:
+	 * none (the default). */
+	const char *faults;
 };
+
+/*
+ * Check options as dormant_server_start() would, without a manager and
+ * without listening: values, the listen address (resolved), the token (file
+ * read), the fault rules. opts may be NULL. 0 or -EINVAL with a message.
+ */
+DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts);
 
 /*
  * Start serving m. opts may be NULL (defaults). m must outlive the server.

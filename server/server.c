@@ -11,6 +11,16 @@
  * on_request() is called once more to send the answer when it resumes.
  * on_completed() writes the access log line and frees the request.
  *
+ * Staying reachable (every connection is tracked, struct conn): a client
+ * that holds max_connections_per_ip connections, or a new connection over
+ * max_connections, makes the connection that has waited longest for a
+ * request close (shutdown() of its socket; libmicrohttpd then sees the end
+ * and closes it); a connection that has not delivered a whole request
+ * request_timeout_s after it opened or was last answered is closed the same
+ * way by the watchdog thread. Connections whose request is being answered
+ * are never closed so. Query strings with more parameters than the api
+ * takes are cut before libmicrohttpd parses them (see on_uri()).
+ *
  * Stopping: the listening socket is closed first, new requests on open
  * connections get 503, requests inside a handler (a sleep or wake) run to
  * their end and their responses are given a moment to be sent; then the
@@ -37,6 +47,7 @@
 #include "api.h"
 #include "auth.h"
 #include "dormant-server.h"
+#include "faults.h"
 #include "routes.h"
 #include "util.h"
 
@@ -45,8 +56,12 @@
 #define MAX_THREADS 256
 #define DEFAULT_MAX_CONNECTIONS 64
 #define MAX_CONNECTIONS 65536
+#define DEFAULT_MAX_PER_IP 32
 #define DEFAULT_TIMEOUT_S 30
+#define DEFAULT_REQUEST_TIMEOUT_S 10
 #define MAX_TIMEOUT_S 86400
+/* How often the watchdog looks for connections past request_timeout_s. */
+#define WATCHDOG_PERIOD_S 0.25
 /* How long stop waits for responses already answered to be sent. */
 #define STOP_FLUSH_S 2.0
 /* Longest path kept for the access log. */
@@ -69,6 +84,19 @@ struct dormant_server {
 	dev_t unix_dev;
 	ino_t unix_ino;
 	int listen_fd;       /* ours until the daemon runs, and again once quiesced */
+	struct fault_switch faults;
+
+	/* every open connection; conn_lock guards the list, the fields of each
+	 * conn, and the watchdog's stop flag */
+	pthread_mutex_t conn_lock;
+	pthread_cond_t watchdog_cond;
+	struct conn *conns;
+	unsigned conn_count;       /* in the list and not closing */
+	unsigned max_connections;
+	unsigned max_per_ip;
+	double request_timeout_s;
+	pthread_t watchdog;
+	bool watchdog_stop;
 
 	/* messages libmicrohttpd logs while starting; later ones are dropped */
 	atomic_bool starting;
@@ -88,8 +116,27 @@ struct params {
 	bool overflow;
 };
 
+/* A client's address without its port: what max_connections_per_ip counts. */
+struct client_key {
+	int family;
+	unsigned char addr[16];
+};
+
+/* An open connection (libmicrohttpd's socket context). */
+struct conn {
+	struct conn *prev, *next;
+	MHD_socket fd;
+	struct client_key client;
+	double waiting_since_s; /* opened, or its last answer completed */
+	bool busy;              /* its request is being answered */
+	bool closing;           /* shut down by us, libmicrohttpd closes it */
+};
+
 struct request {
 	struct dormant_server *server;
+	struct conn *conn;      /* NULL if it could not be found */
+	bool begun;             /* request_begin() ran */
+	bool too_many_params;   /* the query was cut by on_uri() */
 	double start_s;
 	char method[16];
 	char path[LOG_PATH_MAX];
@@ -98,6 +145,7 @@ struct request {
 	size_t body_size;
 	bool too_large;
 	bool answered; /* a response is queued: ignore the rest */
+	bool close;    /* close the connection after the answer */
 	int status;
 
 	/* A slow route (sleep, wake) runs on a thread of its own while the
@@ -141,6 +189,8 @@ static enum MHD_Result send_response(struct MHD_Connection *connection, struct r
 	if (resp->www_authenticate)
 		MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 					resp->www_authenticate);
+	if (rq->close)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (resp->retry_after_s) {
 		snprintf(retry, sizeof(retry), "%u", resp->retry_after_s);
 		MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, retry);
@@ -169,6 +219,170 @@ static enum MHD_Result send_problem(struct MHD_Connection *connection, struct re
 	if (status == 405)
 		resp.allow = route_allow_header(rq->route);
 	return send_response(connection, rq, &resp);
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+static void client_key_of(const struct sockaddr *addr, struct client_key *key)
+{
+	memset(key, 0, sizeof(*key));
+	if (!addr)
+		return;
+	key->family = addr->sa_family;
+	if (addr->sa_family == AF_INET) {
+		memcpy(key->addr, &((const struct sockaddr_in *)addr)->sin_addr, 4);
+	} else if (addr->sa_family == AF_INET6) {
+		const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+
+		/* ::ffff:a.b.c.d is the IPv4 client a.b.c.d */
+		if (IN6_IS_ADDR_V4MAPPED(a6)) {
+			key->family = AF_INET;
+			memcpy(key->addr, &a6->s6_addr[12], 4);
+		} else {
+			memcpy(key->addr, a6, 16);
+		}
+	}
+	/* AF_UNIX: every client is the same one */
+}
+
+/* Close c from outside libmicrohttpd: it sees the end of the stream at its
+ * next poll and closes the connection itself. conn_lock held. */
+static void conn_shut(struct dormant_server *s, struct conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	s->conn_count--;
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+/* The connection that has waited longest for a request, among those of
+ * client (NULL: any), other than skip; NULL if all are busy. conn_lock held. */
+static struct conn *conn_oldest_waiting(struct dormant_server *s, const struct client_key *client,
+					const struct conn *skip)
+{
+	struct conn *oldest = NULL;
+
+	for (struct conn *c = s->conns; c; c = c->next) {
+		if (c == skip || c->busy || c->closing)
+			continue;
+		if (client && memcmp(&c->client, client, sizeof(*client)) != 0)
+			continue;
+		if (!oldest || c->waiting_since_s < oldest->waiting_since_s)
+			oldest = c;
+	}
+	return oldest;
+}
+
+/* A new connection: count it, and make room under the limits. */
+static void conn_started(struct dormant_server *s, struct MHD_Connection *connection,
+			 void **socket_context)
+{
+	const union MHD_ConnectionInfo *fd_info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+	const union MHD_ConnectionInfo *addr_info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	struct conn *c = calloc(1, sizeof(*c));
+	unsigned same_client = 0;
+
+	*socket_context = c;
+	if (!c || !fd_info)
+		return; /* untracked: libmicrohttpd's own limit still holds */
+	c->fd = fd_info->connect_fd;
+	client_key_of(addr_info ? addr_info->client_addr : NULL, &c->client);
+	c->waiting_since_s = now_monotonic_s();
+
+	pthread_mutex_lock(&s->conn_lock);
+	for (struct conn *o = s->conns; o; o = o->next)
+		if (!o->closing && memcmp(&o->client, &c->client, sizeof(c->client)) == 0)
+			same_client++;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->conn_count++;
+	/* This client over its share: one of its own connections makes room
+	 * (the new one itself when all the others are being answered). */
+	if (same_client + 1 > s->max_per_ip) {
+		struct conn *victim = conn_oldest_waiting(s, &c->client, c);
+
+		conn_shut(s, victim ? victim : c);
+	}
+	/* Over the limit of all: anyone's, oldest first. */
+	if (!c->closing && s->conn_count > s->max_connections) {
+		struct conn *victim = conn_oldest_waiting(s, NULL, c);
+
+		conn_shut(s, victim ? victim : c);
+	}
+	pthread_mutex_unlock(&s->conn_lock);
+}
+
+static void conn_closed(struct dormant_server *s, void **socket_context)
+{
+	struct conn *c = *socket_context;
+
+	if (!c)
+		return;
+	*socket_context = NULL;
+	pthread_mutex_lock(&s->conn_lock);
+	if (c->prev || s->conns == c) {
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			s->conns = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		if (!c->closing)
+			s->conn_count--;
+	}
+	pthread_mutex_unlock(&s->conn_lock);
+	free(c);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct dormant_server *s = cls;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED)
+		conn_started(s, connection, socket_context);
+	else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+		conn_closed(s, socket_context);
+}
+
+static struct conn *conn_of(struct MHD_Connection *connection)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return info ? info->socket_context : NULL;
+}
+
+/* The watchdog: close connections that have waited past request_timeout_s
+ * for a whole request. */
+static void *watchdog_main(void *arg)
+{
+	struct dormant_server *s = arg;
+	struct timespec deadline;
+
+	pthread_mutex_lock(&s->conn_lock);
+	while (!s->watchdog_stop) {
+		double now = now_monotonic_s();
+
+		for (struct conn *c = s->conns; c; c = c->next)
+			if (!c->busy && !c->closing &&
+			    now - c->waiting_since_s > s->request_timeout_s)
+				conn_shut(s, c);
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_nsec += (long)(WATCHDOG_PERIOD_S * 1e9);
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->watchdog_cond, &s->conn_lock, &deadline);
+	}
+	pthread_mutex_unlock(&s->conn_lock);
+	return NULL;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -205,18 +419,113 @@ static void request_counts(struct dormant_server *s, int active, int handlers)
 	pthread_mutex_unlock(&s->lock);
 }
 
+struct header_scan {
+	unsigned content_lengths;
+	const char *content_length; /* the first */
+	size_t content_length_size;
+	bool differing_lengths;
+	bool transfer_encoding;
+	bool nul;
+};
+
+static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const char *key,
+				       size_t key_size, const char *value, size_t value_size)
+{
+	struct header_scan *scan = cls;
+
+	/* libmicrohttpd 0.9.75 reads header values as C strings, so a value
+	 * with a NUL arrives cut short. It parses in place, replacing the
+	 * line's CR LF with two NULs: right after a whole value come two NULs,
+	 * after a cut one the rest of the line. (A bare LF as line end leaves
+	 * one NUL and is refused the same way: proxies differ on it too.) The
+	 * bytes read lie inside the request's head, which ends with an empty
+	 * line. */
+	if (value && value[value_size] == '\0' && value[value_size + 1] != '\0')
+		scan->nul = true;
+	if (!key)
+		return MHD_YES;
+	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+		if (scan->content_lengths++ == 0) {
+			scan->content_length = value;
+			scan->content_length_size = value_size;
+		} else if (!value || !scan->content_length || value_size != scan->content_length_size ||
+			   memcmp(value, scan->content_length, value_size) != 0) {
+			scan->differing_lengths = true;
+		}
+	}
+	if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+		scan->transfer_encoding = true;
+	return MHD_YES;
+}
+
+/* Why a request's framing or headers are ambiguous (RFC 9112 6.3, RFC 9110
+ * 5.5), or NULL: Content-Length headers that differ, Content-Length with
+ * Transfer-Encoding, a NUL byte in a header (libmicrohttpd would hand the
+ * value on cut at the NUL: less than a proxy in front saw). */
+static const char *request_ambiguous(struct MHD_Connection *connection)
+{
+	struct header_scan scan = { 0 };
+
+	MHD_get_connection_values_n(connection, MHD_HEADER_KIND, header_scan_one, &scan);
+	if (scan.nul)
+		return "a header holds a NUL byte (or a line ends in a bare LF)";
+	if (scan.differing_lengths)
+		return "the request has Content-Length headers that differ";
+	if (scan.content_lengths && scan.transfer_encoding)
+		return "the request has both Content-Length and Transfer-Encoding";
+	return NULL;
+}
+
+/*
+ * The request line is in, its query not yet parsed. libmicrohttpd 0.9.75
+ * keeps every query parameter in the connection's memory pool (about 56
+ * bytes each) and, when the pool runs out, closes the connection without an
+ * answer. A query with more parameters than the api takes (API_PARAMS_MAX)
+ * is therefore cut here, in the buffer libmicrohttpd is about to parse
+ * (it is ours to change: the request's own bytes, parsed after this call),
+ * and the request answered 400 by request_answer(). The request object made
+ * here is the one the handler gets.
+ */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *connection)
+{
+	struct dormant_server *s = cls;
+	struct request *rq = calloc(1, sizeof(*rq));
+	char *query = strchr(uri, '?');
+	size_t params = 0;
+
+	if (!rq)
+		return NULL; /* request_begin() tries again */
+	rq->server = s;
+	rq->start_s = now_monotonic_s();
+	if (query) {
+		for (const char *p = query + 1; *p; p++)
+			if (*p == '&' || p == query + 1)
+				params++;
+		if (params > API_PARAMS_MAX) {
+			rq->too_many_params = true;
+			query[1] = '\0';
+		}
+	}
+	return rq;
+}
+
 /* The first call: headers are in, no body read yet. */
 static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connection *connection,
 				     const char *url, const char *method, void **con_cls)
 {
-	struct request *rq = calloc(1, sizeof(*rq));
+	struct request *rq = *con_cls ? *con_cls : calloc(1, sizeof(*rq));
 	const char *length;
+	const char *refusal;
 	bool stopping;
 
 	if (!rq)
 		return MHD_NO;
-	rq->server = s;
-	rq->start_s = now_monotonic_s();
+	if (!rq->server) {
+		rq->server = s;
+		rq->start_s = now_monotonic_s();
+	}
+	rq->begun = true;
+	rq->conn = conn_of(connection);
 	snprintf(rq->method, sizeof(rq->method), "%s", method);
 	path_copy(rq->path, sizeof(rq->path), url);
 	rq->route = route_find(url);
@@ -228,6 +537,13 @@ static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connec
 
 	if (stopping)
 		return send_problem(connection, rq, 503, "not-ready", "the server is stopping");
+	/* Before anything reads a header: a request a proxy in front could
+	 * frame differently is refused, and its connection closed. */
+	refusal = request_ambiguous(connection);
+	if (refusal) {
+		rq->close = true;
+		return send_problem(connection, rq, 400, "bad-request", refusal);
+	}
 	/* Unknown paths need the token too: they reveal nothing to strangers. */
 	if (s->token && !(rq->route && rq->route->probe && s->open_probes) &&
 	    !auth_check(s->token, MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
@@ -351,6 +667,22 @@ static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Conne
 	if (rq->too_large)
 		return send_problem(connection, rq, 413, "payload-too-large",
 				    "the body is larger than 65536 bytes");
+	/* The whole request is in: from here the connection is being answered
+	 * and neither the limits nor the watchdog close it. One they already
+	 * closed runs nothing. */
+	if (rq->conn) {
+		bool closing;
+
+		pthread_mutex_lock(&s->conn_lock);
+		closing = rq->conn->closing;
+		rq->conn->busy = !closing;
+		pthread_mutex_unlock(&s->conn_lock);
+		if (closing)
+			return MHD_NO;
+	}
+	if (rq->too_many_params)
+		return send_problem(connection, rq, 400, "bad-request",
+				    "too many query parameters");
 	rq->params = calloc(1, sizeof(*rq->params));
 	if (!rq->params)
 		return MHD_NO;
@@ -394,7 +726,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
 	struct dormant_server *s = cls;
 	struct request *rq = *con_cls;
 
-	if (!rq)
+	if (!rq || !rq->begun)
 		return request_begin(s, connection, url, method, con_cls);
 	if (*upload_data_size) {
 		if (!rq->answered)
@@ -416,6 +748,18 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
 	if (!rq)
 		return;
 	*con_cls = NULL;
+	if (rq->conn) {
+		/* waiting for the next request from now */
+		pthread_mutex_lock(&s->conn_lock);
+		rq->conn->busy = false;
+		rq->conn->waiting_since_s = now_monotonic_s();
+		pthread_mutex_unlock(&s->conn_lock);
+	}
+	if (!rq->begun) {
+		/* libmicrohttpd refused it before any handler call (431, 414) */
+		free(rq);
+		return;
+	}
 	if (!s->quiet) {
 		/* one fprintf: stdio locks the stream, so lines never mix */
 		fprintf(stderr, "dormant: %s %s %d %.3f ms%s\n", rq->method, rq->path,
@@ -621,12 +965,24 @@ static void unix_path_remove(struct dormant_server *s)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-static int options_check(const struct dormant_server_options *o, unsigned *threads,
-			 unsigned *connections, unsigned *timeout_s)
+struct limits {
+	unsigned threads, connections, per_ip, timeout_s, request_timeout_s;
+};
+
+static int options_check(const struct dormant_server_options *o, struct limits *l)
 {
+	unsigned *threads = &l->threads, *connections = &l->connections,
+		 *timeout_s = &l->timeout_s;
+
 	*threads = o->threads ? o->threads : DEFAULT_THREADS;
 	*connections = o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS;
 	*timeout_s = o->connection_timeout_s ? o->connection_timeout_s : DEFAULT_TIMEOUT_S;
+	l->request_timeout_s = o->request_timeout_s ? o->request_timeout_s
+						    : DEFAULT_REQUEST_TIMEOUT_S;
+	l->per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : DEFAULT_MAX_PER_IP;
+	/* the default share follows a smaller limit of all */
+	if (!o->max_connections_per_ip && l->per_ip > *connections)
+		l->per_ip = *connections;
 	if (*threads > MAX_THREADS)
 		return error_set(-EINVAL, "threads must be at most %d", MAX_THREADS);
 	if (*connections > MAX_CONNECTIONS)
@@ -637,13 +993,65 @@ static int options_check(const struct dormant_server_options *o, unsigned *threa
 				 *connections, *threads);
 	if (*timeout_s > MAX_TIMEOUT_S)
 		return error_set(-EINVAL, "connection_timeout_s must be at most %d", MAX_TIMEOUT_S);
+	if (l->request_timeout_s > MAX_TIMEOUT_S)
+		return error_set(-EINVAL, "request_timeout_s must be at most %d", MAX_TIMEOUT_S);
+	if (l->per_ip > *connections)
+		return error_set(-EINVAL,
+				 "max_connections_per_ip (%u) must be at most max_connections (%u)",
+				 l->per_ip, *connections);
 	if (o->listen && o->unix_path)
 		return error_set(-EINVAL, "give listen or unix_path, not both");
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts)
+{
+	static const struct dormant_server_options defaults = { 0 };
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_socktype = SOCK_STREAM };
+	size_t unix_max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+	struct fault_switch faults;
+	char host[NI_MAXHOST], port[8];
+	struct limits limits;
+	struct addrinfo *ai;
+	char *token = NULL;
+	int r;
+
+	if (!opts)
+		opts = &defaults;
+	r = options_check(opts, &limits);
+	if (r < 0)
+		return r;
+	r = faults_parse(opts->faults ? opts->faults : getenv("DORMANT_FAULTS"), &faults);
+	if (r < 0)
+		return r;
+	r = auth_token_load(opts, &token);
+	if (r < 0)
+		return r;
+	if (token) {
+		explicit_bzero(token, strlen(token));
+		free(token);
+	}
+	if (opts->unix_path) {
+		if (!*opts->unix_path || strlen(opts->unix_path) > unix_max)
+			return error_set(-EINVAL, "unix socket path must be 1 to %zu bytes",
+					 unix_max);
+		return 0;
+	}
+	r = listen_parse(opts->listen ? opts->listen : DEFAULT_LISTEN, host, sizeof(host), port,
+			 sizeof(port));
+	if (r < 0)
+		return r;
+	r = getaddrinfo(host, port, &hints, &ai);
+	if (r != 0)
+		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(r));
+	freeaddrinfo(ai);
+	return 0;
+}
+
 static void server_free(struct dormant_server *s)
 {
+	faults_remove(&s->faults);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	unix_path_remove(s);
@@ -653,6 +1061,8 @@ static void server_free(struct dormant_server *s)
 	}
 	pthread_cond_destroy(&s->idle);
 	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->watchdog_cond);
+	pthread_mutex_destroy(&s->conn_lock);
 	free(s);
 }
 
@@ -660,7 +1070,8 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 					struct dormant_server **ret)
 {
 	static const struct dormant_server_options defaults = { 0 };
-	unsigned threads, connections, timeout_s;
+	struct limits limits;
+	unsigned mhd_limit;
 	struct stat st, listen_st;
 	struct dormant_server *s;
 	pthread_condattr_t attr;
@@ -670,12 +1081,20 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		return error_set(-EINVAL, "manager or ret is NULL");
 	if (!opts)
 		opts = &defaults;
-	r = options_check(opts, &threads, &connections, &timeout_s);
+	r = options_check(opts, &limits);
 	if (r < 0)
 		return r;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return error_set(-ENOMEM, "out of host memory");
+	r = faults_parse(opts->faults ? opts->faults : getenv("DORMANT_FAULTS"), &s->faults);
+	if (r < 0) {
+		free(s);
+		return r;
+	}
+	s->max_connections = limits.connections;
+	s->max_per_ip = limits.per_ip;
+	s->request_timeout_s = limits.request_timeout_s;
 	s->manager = m;
 	s->listen_fd = -1;
 	s->open_probes = opts->open_probes;
@@ -689,6 +1108,8 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->idle, &attr);
+	pthread_mutex_init(&s->conn_lock, NULL);
+	pthread_cond_init(&s->watchdog_cond, &attr);
 	pthread_condattr_destroy(&attr);
 
 	r = auth_token_load(opts, &s->token);
@@ -701,23 +1122,45 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	if (r < 0)
 		goto err;
 
+	r = faults_install(&s->faults, m);
+	if (r < 0)
+		goto err;
 	if (fstat(s->listen_fd, &listen_st) < 0) {
 		r = socket_errno(errno, "checking the socket of", s->url);
 		goto err;
 	}
+	/* The limits are ours (conn_started()): libmicrohttpd's own limit, which
+	 * it shares out among its threads and enforces by refusing, is set
+	 * above them, so that a connection we close to make room never keeps a
+	 * newer one out while it closes. */
+	mhd_limit = limits.connections > MAX_CONNECTIONS / 2 ? MAX_CONNECTIONS
+							     : 2 * limits.connections + limits.threads;
 	atomic_store(&s->starting, true);
+	/*
+	 * poll(), not the epoll that MHD_USE_AUTO picks on Linux. libmicrohttpd
+	 * 0.9.75 watches its sockets edge-triggered under epoll: when the
+	 * last bytes of a partial request and the client's FIN arrive
+	 * together, it reads the bytes, waits for the rest of the request, and
+	 * is never told again that the socket is readable, so it does not see
+	 * the end of the stream; the connection sits in CLOSE-WAIT, holding a
+	 * slot, until connection_timeout_s. Sixty-four such connections took
+	 * every slot for 30 s. poll() is level-triggered: the next round reads
+	 * the end of the stream and closes the connection at once. A control
+	 * plane has tens of connections, where poll() costs nothing.
+	 */
 	s->daemon = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
-			MHD_USE_ERROR_LOG,
+		MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 		0, NULL, NULL, on_request, s,
 		/* first, so that no message of the options below gets printed */
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
-		MHD_OPTION_CONNECTION_LIMIT, connections,
-		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+		MHD_OPTION_CONNECTION_TIMEOUT, limits.timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
 		/* one thread is the polling thread itself, not a pool */
-		threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads,
+		limits.threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, limits.threads,
 		MHD_OPTION_END);
 	atomic_store(&s->starting, false);
 	if (!s->daemon) {
@@ -731,6 +1174,12 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		goto err;
 	}
 	s->listen_fd = -1; /* the daemon's now */
+	r = pthread_create(&s->watchdog, NULL, watchdog_main, s);
+	if (r != 0) {
+		MHD_stop_daemon(s->daemon);
+		r = error_set(-ENOMEM, "starting the watchdog thread: %s", strerror(r));
+		goto err;
+	}
 	*ret = s;
 	return 0;
 
@@ -781,6 +1230,11 @@ DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
 		;
 	pthread_mutex_unlock(&s->lock);
 
+	pthread_mutex_lock(&s->conn_lock);
+	s->watchdog_stop = true;
+	pthread_cond_broadcast(&s->watchdog_cond);
+	pthread_mutex_unlock(&s->conn_lock);
+	pthread_join(s->watchdog, NULL);
 	MHD_stop_daemon(s->daemon);
 	server_free(s);
 }

@@ -34,6 +34,13 @@
 #define PATTERN_SEED UINT64_C(0x9e3779b97f4a7c15)
 #define MAX_THREADS 256
 #define MAX_FAIL_WAKES 1000000
+#define MAX_CONNECTIONS 65536
+#define MAX_TIMEOUT_S 86400
+#define FAULTS_MAX 512 /* bytes of --fault rules, joined with commas */
+
+#ifndef DORMANT_VERSION
+#define DORMANT_VERSION "unknown"
+#endif
 
 struct config {
 	const char *listen;
@@ -49,6 +56,11 @@ struct config {
 	bool quiet;
 	unsigned fail_wakes;
 	const char *port_file;
+	unsigned max_connections;
+	unsigned max_connections_per_ip;
+	unsigned connection_timeout_s;
+	unsigned request_timeout_s;
+	char faults[FAULTS_MAX]; /* "" if no --fault */
 };
 
 struct demo {
@@ -116,11 +128,26 @@ static void usage(FILE *f)
 	      "  --token-file FILE     read the token from FILE\n"
 	      "  --open-probes         leave /healthz, /readyz and /metrics open\n"
 	      "  --threads N           HTTP worker threads (default 4)\n"
+	      "  --max-connections N   open connections at once (default 64, at least\n"
+	      "                        --threads); over it the one waiting longest for a\n"
+	      "                        request is closed\n"
+	      "  --max-connections-per-ip N\n"
+	      "                        connections of one client address (default 32;\n"
+	      "                        all of loopback is one address)\n"
+	      "  --connection-timeout S  idle seconds before a connection is closed\n"
+	      "                        (default 30)\n"
+	      "  --request-timeout S   seconds a connection has for a whole request, from\n"
+	      "                        its opening or its last answer (default 10)\n"
 	      "  --quiet               no access log, no info messages\n"
 	      "  --fail-wakes N        the next N wakes fail as if the GPU memory were taken\n"
 	      "                        (503)\n"
+	      "  --fault RULE          test tool: inject a device fault, RULE is\n"
+	      "                        WHEN:OP[:NTH[:ERROR[:TIMES]]] (WHEN sleep, wake or\n"
+	      "                        any; OP create, map, copy or host-alloc; see\n"
+	      "                        docs/testing.md); may be given up to 8 times\n"
 	      "  --port-file FILE      write the bound port to FILE once listening\n"
-	      "  --help                show this and exit\n"
+	      "  -h, --help            show this and exit\n"
+	      "  -V, --version         print the version and exit\n"
 	      "\n"
 	      "SIZE is a number with an optional suffix: K, M, G, T (powers of 1024, also\n"
 	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n",
@@ -185,13 +212,28 @@ static int parse_unsigned(const char *text, unsigned max, unsigned *ret)
 	return 0;
 }
 
-/* Returns 0, 1 for --help, or -EINVAL after printing why. */
+enum flags_result { FLAGS_OK = 0, FLAGS_HELP, FLAGS_VERSION };
+
+/* An unsigned flag value from min to max, or -EINVAL after saying why. */
+static int flag_unsigned(const char *name, const char *text, unsigned min, unsigned max,
+			 unsigned *ret)
+{
+	if (parse_unsigned(text, max, ret) < 0 || *ret < min) {
+		warn("--%s must be from %u to %u, not '%s'", name, min, max, text);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Returns FLAGS_OK, FLAGS_HELP, FLAGS_VERSION, or -EINVAL after printing one
+ * line that says why. */
 static int parse_flags(int argc, char **argv, struct config *c)
 {
 	enum {
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
 		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
-		OPT_PORT_FILE, OPT_HELP,
+		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
+		OPT_REQUEST_TIMEOUT, OPT_FAULT,
 	};
 	static const struct option options[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -207,9 +249,16 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "quiet", no_argument, NULL, OPT_QUIET },
 		{ "fail-wakes", required_argument, NULL, OPT_FAIL_WAKES },
 		{ "port-file", required_argument, NULL, OPT_PORT_FILE },
-		{ "help", no_argument, NULL, OPT_HELP },
+		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
+		{ "max-connections-per-ip", required_argument, NULL, OPT_MAX_PER_IP },
+		{ "connection-timeout", required_argument, NULL, OPT_CONNECTION_TIMEOUT },
+		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
+		{ "fault", required_argument, NULL, OPT_FAULT },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
+	unsigned faults = 0;
 	int opt;
 
 	*c = (struct config){
@@ -219,7 +268,9 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		.threads = 4,
 	};
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+	/* ':' first: a missing value is told apart (':') from an unknown
+	 * option ('?') */
+	while ((opt = getopt_long(argc, argv, ":hV", options, NULL)) != -1) {
 		switch (opt) {
 		case OPT_LISTEN:
 			c->listen = optarg;
@@ -264,11 +315,44 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			c->open_probes = true;
 			break;
 		case OPT_THREADS:
-			if (parse_unsigned(optarg, MAX_THREADS, &c->threads) < 0 || c->threads == 0) {
-				warn("--threads must be from 1 to %d, not '%s'", MAX_THREADS, optarg);
+			if (flag_unsigned("threads", optarg, 1, MAX_THREADS, &c->threads) < 0)
+				return -EINVAL;
+			break;
+		case OPT_MAX_CONNECTIONS:
+			if (flag_unsigned("max-connections", optarg, 1, MAX_CONNECTIONS,
+					  &c->max_connections) < 0)
+				return -EINVAL;
+			break;
+		case OPT_MAX_PER_IP:
+			if (flag_unsigned("max-connections-per-ip", optarg, 1, MAX_CONNECTIONS,
+					  &c->max_connections_per_ip) < 0)
+				return -EINVAL;
+			break;
+		case OPT_CONNECTION_TIMEOUT:
+			if (flag_unsigned("connection-timeout", optarg, 1, MAX_TIMEOUT_S,
+					  &c->connection_timeout_s) < 0)
+				return -EINVAL;
+			break;
+		case OPT_REQUEST_TIMEOUT:
+			if (flag_unsigned("request-timeout", optarg, 1, MAX_TIMEOUT_S,
+					  &c->request_timeout_s) < 0)
+				return -EINVAL;
+			break;
+		case OPT_FAULT: {
+			size_t used = strlen(c->faults);
+
+			/* checked whole with the server's options, before anything starts */
+			if (!*optarg || strchr(optarg, ',') || faults == 8 ||
+			    used + strlen(optarg) + 2 > sizeof(c->faults)) {
+				warn("--fault takes one rule (WHEN:OP[:NTH[:ERROR[:TIMES]]]), at most "
+				     "8 times, not '%.64s'", optarg);
 				return -EINVAL;
 			}
+			snprintf(c->faults + used, sizeof(c->faults) - used, "%s%s",
+				 used ? "," : "", optarg);
+			faults++;
 			break;
+		}
 		case OPT_QUIET:
 			c->quiet = true;
 			break;
@@ -282,13 +366,33 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		case OPT_PORT_FILE:
 			c->port_file = optarg;
 			break;
-		case OPT_HELP:
-			return 1;
+		case 'h':
+			return FLAGS_HELP;
+		case 'V':
+			return FLAGS_VERSION;
+		case ':':
+			/* optopt: the option's value in options[], or its character */
+			for (const struct option *o = options; o->name; o++) {
+				if (o->val == optopt) {
+					warn("option --%s needs a value (dormantd --help lists the "
+					     "options)", o->name);
+					return -EINVAL;
+				}
+			}
+			warn("option '%s' needs a value (dormantd --help lists the options)",
+			     argv[optind - 1]);
+			return -EINVAL;
 		default:
-			if (optopt)
-				warn("option --%s needs a value", options[optopt - OPT_LISTEN].name);
+			/* a short option's character is in optopt; a long one's text
+			 * only in argv */
+			if (optopt == 'h' || optopt == 'V')
+				warn("option --%s takes no value", optopt == 'h' ? "help" : "version");
+			else if (optopt > 0 && optopt < 256)
+				warn("unknown option '-%c' (dormantd --help lists the options)",
+				     optopt);
 			else
-				warn("unknown option '%s'", argv[optind - 1]);
+				warn("unknown option '%s' (dormantd --help lists the options)",
+				     argv[optind - 1]);
 			return -EINVAL;
 		}
 	}
@@ -310,7 +414,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 	}
 	if (!c->listen && !c->unix_path)
 		c->listen = "127.0.0.1:8787";
-	return 0;
+	return FLAGS_OK;
 }
 
 /* ---- the pattern --------------------------------------------------------- */
@@ -579,6 +683,8 @@ static int write_port_file(const char *path, int port)
 	return 0;
 }
 
+static int sizes_check(struct demo *d);
+
 static int demo_setup(struct demo *d)
 {
 	struct dormant_options options = {
@@ -601,6 +707,9 @@ static int demo_setup(struct demo *d)
 		warn("out of memory");
 		return -ENOMEM;
 	}
+	r = sizes_check(d);
+	if (r < 0)
+		return r;
 	if ((r = dormant_set_policy(d->m, "weights", DORMANT_KEEP)) < 0 ||
 	    (r = dormant_set_policy(d->m, "grads", DORMANT_DISCARD)) < 0) {
 		warn("setting policies: %s", dormant_last_error());
@@ -645,6 +754,51 @@ static void demo_finish(struct demo *d)
 	pthread_mutex_destroy(&d->lock);
 }
 
+static void server_options_fill(struct demo *d, struct dormant_server_options *o)
+{
+	const struct config *c = &d->config;
+
+	*o = (struct dormant_server_options){
+		.listen = c->unix_path ? NULL : c->listen,
+		.unix_path = c->unix_path,
+		.token = c->token,
+		.token_file = c->token_file,
+		.open_probes = c->open_probes,
+		.threads = c->threads,
+		/* the server's default unless more threads need more */
+		.max_connections = c->max_connections ? c->max_connections
+			: c->threads > 64 ? c->threads : 0,
+		.max_connections_per_ip = c->max_connections_per_ip,
+		.connection_timeout_s = c->connection_timeout_s,
+		.request_timeout_s = c->request_timeout_s,
+		/* no --fault: $DORMANT_FAULTS, as for any embedded server */
+		.faults = c->faults[0] ? c->faults : NULL,
+		.quiet = c->quiet,
+		.stats_extra = stats_extra,
+		.stats_extra_userdata = d,
+		.metrics_extra = metrics_extra,
+		.metrics_extra_userdata = d,
+	};
+}
+
+/* The tags must fit in device 0, where they are allocated. -E2BIG after
+ * saying so. */
+static int sizes_check(struct demo *d)
+{
+	struct dormant_stats *st = d->stats;
+	size_t keep = d->config.keep_bytes, discard = d->config.discard_bytes;
+
+	if (dormant_stats_get(d->m, st) < 0 || st->device_count == 0 ||
+	    st->devices[0].total_bytes == 0)
+		return 0; /* cannot tell: the allocation says */
+	if (keep > st->devices[0].total_bytes || discard > st->devices[0].total_bytes - keep) {
+		warn("--keep %zu and --discard %zu bytes do not fit in device 0 (%zu bytes)", keep,
+		     discard, (size_t)st->devices[0].total_bytes);
+		return -E2BIG;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct dormant_server_options server_options = { 0 };
@@ -655,12 +809,20 @@ int main(int argc, char **argv)
 	int r, sig, status = EXIT_FAILURE;
 
 	r = parse_flags(argc, argv, &d.config);
-	if (r > 0) {
+	if (r == FLAGS_HELP) {
 		usage(stdout);
 		return EXIT_SUCCESS;
 	}
-	if (r < 0) {
-		usage(stderr);
+	if (r == FLAGS_VERSION) {
+		printf("dormantd %s\n", DORMANT_VERSION);
+		return EXIT_SUCCESS;
+	}
+	if (r < 0)
+		return 2;
+	/* Everything the flags say is checked before the backend starts. */
+	server_options_fill(&d, &server_options);
+	if (dormant_server_options_check(&server_options) < 0) {
+		warn("%s", dormant_last_error());
 		return 2;
 	}
 	pthread_mutex_init(&d.lock, NULL);
@@ -673,7 +835,10 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &signals, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (demo_setup(&d) < 0)
+	r = demo_setup(&d);
+	if (r == -E2BIG)
+		status = 2; /* the sizes given do not fit the device */
+	if (r < 0)
 		goto out;
 	r = pthread_create(&d.trainer, NULL, trainer_main, &d);
 	if (r != 0) {
@@ -682,20 +847,6 @@ int main(int argc, char **argv)
 	}
 	trainer_started = true;
 
-	server_options.listen = d.config.listen;
-	server_options.unix_path = d.config.unix_path;
-	if (d.config.unix_path)
-		server_options.listen = NULL;
-	server_options.token = d.config.token;
-	server_options.token_file = d.config.token_file;
-	server_options.open_probes = d.config.open_probes;
-	server_options.threads = d.config.threads;
-	server_options.max_connections = d.config.threads > 64 ? d.config.threads : 64;
-	server_options.quiet = d.config.quiet;
-	server_options.stats_extra = stats_extra;
-	server_options.stats_extra_userdata = &d;
-	server_options.metrics_extra = metrics_extra;
-	server_options.metrics_extra_userdata = &d;
 	r = dormant_server_start(d.m, &server_options, &server);
 	if (r < 0) {
 		warn("starting the HTTP server: %s", dormant_last_error());

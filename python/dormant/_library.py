@@ -75,6 +75,9 @@ class ServerOptions(ctypes.Structure):
         ("stats_extra_userdata", c_void_p),
         ("metrics_extra", EXTRA_FN),
         ("metrics_extra_userdata", c_void_p),
+        ("max_connections_per_ip", c_uint),
+        ("request_timeout_s", c_uint),
+        ("faults", c_char_p),
     ]
 
 

@@ -550,12 +550,21 @@ class Manager:
 
     def serve(self, host="127.0.0.1", port=0, token=None, *, unix_path=None, token_file=None,
               open_probes=False, threads=0, max_connections=0, connection_timeout_s=0,
-              quiet=False, stats_extra=None):
+              quiet=False, stats_extra=None, max_connections_per_ip=0, request_timeout_s=0,
+              faults=None):
         """Start the HTTP control plane (POST /sleep, /wake, GET /stats, ...)
         on its own threads inside this process. port 0 picks a free port.
         token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
         authentication. stats_extra: a callable returning a dict, shown as
-        "extra" in GET /stats. Returns a Server (.url, .port, .stop())."""
+        "extra" in GET /stats. Limits (0: the defaults of dormant-server.h):
+        max_connections (64) and max_connections_per_ip (32; all of loopback
+        is one client): over them the connection that has waited longest
+        for a request is closed to make room; connection_timeout_s (30) idle
+        seconds; request_timeout_s (10) for a whole request from a
+        connection's opening or last answer. faults: a test tool, device
+        faults armed at sleeps and wakes ("wake:create", see
+        docs/testing.md); None: $DORMANT_FAULTS if set, "" none.
+        Returns a Server (.url, .port, .stop())."""
         lib = self._lib
         start = lib.need("dormant_server_start", "serve()")
         opts = _library.ServerOptions()
@@ -578,6 +587,9 @@ class Manager:
         opts.threads = threads
         opts.max_connections = max_connections
         opts.connection_timeout_s = connection_timeout_s
+        opts.max_connections_per_ip = max_connections_per_ip
+        opts.request_timeout_s = request_timeout_s
+        opts.faults = c_str(faults)
         opts.quiet = bool(quiet)
         extra_callback = None
         if stats_extra is not None:

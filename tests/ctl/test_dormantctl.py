@@ -283,7 +283,7 @@ def test_concurrency_one_still_reaches_all(daemons):
     (["sleep", "--token-file", "/nonexistent/token", "h:1"], "/nonexistent/token"),
     (["sleep", "--file", "/nonexistent/list"], "/nonexistent/list"),
     (["sleep", "--dns", "bad name!"], "bad host name"),
-    (["--bogus", "sleep", "h:1"], "unrecognized option"),
+    (["--bogus", "sleep", "h:1"], "unknown option '--bogus'"),
 ])
 def test_usage_errors(args, message):
     p = ctl(*args)

@@ -144,3 +144,18 @@ def test_stats_extra(mgr):
     with mgr.serve(quiet=True, stats_extra=lambda: dict(progress)) as s:
         progress["steps"] = 41
         assert http("GET", s.url + "/stats").json["extra"] == {"steps": 41}
+
+
+def test_serve_limits_and_faults(mgr):
+    """serve()'s keywords reach the C options: a bad limit is refused, the
+    fault switch makes the next wake fail once (503), nothing lost."""
+    with pytest.raises(dormant.InvalidArgumentError, match="max_connections_per_ip"):
+        mgr.serve(quiet=True, max_connections=4, max_connections_per_ip=5)
+    with pytest.raises(dormant.InvalidArgumentError, match="fault rule"):
+        mgr.serve(quiet=True, faults="wake:bogus")
+    mgr.alloc("weights", MiB)
+    with mgr.serve(quiet=True, max_connections=8, max_connections_per_ip=4,
+                   request_timeout_s=5, faults="wake:create") as s:
+        assert http("POST", s.url + "/sleep").status == 200
+        assert http("POST", s.url + "/wake").status == 503
+        assert http("POST", s.url + "/wake").status == 200

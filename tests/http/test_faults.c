@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/* The fault switch (the faults option, $DORMANT_FAULTS): device faults
+ * rehearsed over HTTP, nothing lost. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+TestSuite(faults, .timeout = 60);
+
+static void post_expect(struct fixture *f, const char *path, long status, const char *slug)
+{
+	struct http_response r;
+
+	http_post(f, path, NULL, &r);
+	if (slug)
+		assert_problem(&r, status, slug);
+	else
+		cr_assert_eq(r.status, status, "%s: %ld %s", path, r.status, r.body);
+	http_response_free(&r);
+}
+
+/* The next wake's first memory creation fails as if the memory were taken:
+ * 503, the tags stay asleep, and the wake after it works (one firing). */
+Test(faults, wake_create_fails_once)
+{
+	struct fixture_config config = { .server = { .faults = "wake:create" } };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 503, "out-of-memory");
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+	post_expect(&f, "/wake", 200, NULL);
+	cr_assert(weights_intact(&f));
+	cr_assert(grads_zero(&f));
+	/* fired once: later cycles work */
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 200, NULL);
+	fixture_stop(&f);
+}
+
+/* Every sleep's first copy fails with EIO: 500, rolled back, weights kept. */
+Test(faults, sleep_copy_fails_every_time)
+{
+	struct fixture_config config = { .server = { .faults = "sleep:copy:1:EIO:0" } };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	for (int i = 0; i < 3; i++) {
+		post_expect(&f, "/sleep", 500, "device-error");
+		cr_assert_str_eq(tag_state(&f, "weights"), "awake");
+		cr_assert(weights_intact(&f));
+	}
+	fixture_stop(&f);
+}
+
+/* A map fault for "any" transition fires at the wake (a sleep maps
+ * nothing), twice, then stops. */
+Test(faults, any_map_fires_where_maps_happen)
+{
+	struct fixture_config config = { .server = { .faults = "any:map:1:ENOMEM:2" } };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 503, "out-of-memory");
+	post_expect(&f, "/wake", 503, "out-of-memory");
+	post_expect(&f, "/wake", 200, NULL);
+	cr_assert(weights_intact(&f));
+	fixture_stop(&f);
+}
+
+/* A wake rule leaves sleeps alone: the sleep's copies work, the wake's
+ * first copy back fails (500, the tags stay asleep, the host copy kept). */
+Test(faults, wake_copy_leaves_sleeps_alone)
+{
+	struct fixture_config config = { .server = { .faults = "wake:copy" } };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 500, "device-error");
+	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
+	post_expect(&f, "/wake", 200, NULL);
+	cr_assert(weights_intact(&f));
+	fixture_stop(&f);
+}
+
+/* Faults stay inside transitions: a rule whose call did not come in its
+ * wake does not hit the trainer's own allocations afterwards. */
+Test(faults, unfired_rule_does_not_outlive_its_transition)
+{
+	struct fixture_config config = { .server = { .faults = "wake:create:100" } };
+	struct fixture f;
+	uint64_t start;
+
+	fixture_start(&f, &config);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 200, NULL);
+	start = dormant_debug_op_count(f.m, DORMANT_FAULT_CREATE);
+	cr_assert_lt(start, 100, "the wake made the call the rule waits for: the test proves "
+				 "nothing");
+	/* past the 100th creation since the wake began, with allocations of the
+	 * trainer's own */
+	for (int i = 0; i < 1000 && dormant_debug_op_count(f.m, DORMANT_FAULT_CREATE) - start <= 100;
+	     i++) {
+		void *p = NULL;
+
+		cr_assert_eq(dormant_alloc(f.m, "extra", 4096, &p), 0, "allocation %d: %s", i,
+			     dormant_last_error());
+		cr_assert_eq(dormant_free(f.m, p), 0);
+	}
+	cr_assert_gt(dormant_debug_op_count(f.m, DORMANT_FAULT_CREATE) - start, 100);
+	fixture_stop(&f);
+}
+
+/* $DORMANT_FAULTS for an embedded server that gives no faults option; "" in
+ * the option turns it off. */
+Test(faults, from_the_environment)
+{
+	struct fixture_config off = { .server = { .faults = "" } };
+	struct fixture f;
+
+	cr_assert_eq(setenv("DORMANT_FAULTS", "wake:create", 1), 0);
+	fixture_start(&f, NULL);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 503, "out-of-memory");
+	fixture_stop(&f);
+	fixture_start(&f, &off);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 200, NULL);
+	fixture_stop(&f);
+	unsetenv("DORMANT_FAULTS");
+	/* none set: no fault (the default) */
+	fixture_start(&f, NULL);
+	post_expect(&f, "/sleep", 200, NULL);
+	post_expect(&f, "/wake", 200, NULL);
+	fixture_stop(&f);
+}
+
+Test(faults, bad_rules_are_refused)
+{
+	static const char *const bad[] = {
+		"wake", "wake:bogus", "later:copy", "wake:create:0", "wake:create:x",
+		"wake:create:1:EWHAT", "wake:create:1:EIO:-1", "wake:create:1:EIO:1:extra",
+		"wake:create,wake:create", ",", "sleep:copy:1:0",
+	};
+	struct fixture_config config = { .no_server = true };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct dormant_server_options opts = { .listen = "127.0.0.1:0", .faults = bad[i],
+						       .quiet = true };
+		struct dormant_server *s = NULL;
+
+		cr_assert_eq(dormant_server_options_check(&opts), -EINVAL, "'%s' checked", bad[i]);
+		cr_assert_eq(dormant_server_start(f.m, &opts, &s), -EINVAL, "'%s' started", bad[i]);
+		cr_assert_null(s);
+		cr_assert(strstr(dormant_last_error(), "fault"), "%s", dormant_last_error());
+	}
+	/* and $DORMANT_FAULTS the same way */
+	cr_assert_eq(setenv("DORMANT_FAULTS", "wake:bogus", 1), 0);
+	cr_assert_eq(dormant_server_options_check(NULL), -EINVAL);
+	unsetenv("DORMANT_FAULTS");
+	fixture_stop(&f);
+}
