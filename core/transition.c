@@ -197,8 +197,10 @@ static int run_rebuilds(struct dormant *m, struct transition *t)
 		error_clear();
 		result = fn(m, name, userdata);
 		if (result != 0) {
-			const char *why = dormant_last_error();
+			/* a copy: dormant_last_error() is the buffer error_set() writes */
+			char why[DORMANT_ERROR_MAX];
 
+			snprintf(why, sizeof(why), "%s", dormant_last_error());
 			r = error_set(-ECANCELED, "rebuilding tag '%s' failed (its callback returned %d)%s%s",
 				      name, result, why[0] ? ": " : "", why);
 		}

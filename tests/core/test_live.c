@@ -783,6 +783,9 @@ Test(rebuild, a_failing_callback_fails_the_wake_and_the_retry_works)
 	s.fail_next = -5;
 	cr_assert_eq(dormant_wake(s.m, NULL, &rep), -ECANCELED);
 	cr_expect(strstr(rep.error, "weights"), "the message names the tag: %s", rep.error);
+	cr_expect(strstr(rep.error, "returned -5") &&
+		  !strstr(strstr(rep.error, "returned -5") + 1, "returned -5"),
+		  "the callback's failure said once: %s", rep.error);
 	cr_expect_eq(s.calls, 1);
 	for (size_t i = 0; i < 3; i++)
 		cr_expect_eq(stats(s.m)->tags[i].state, DORMANT_ASLEEP, "tag %s",
