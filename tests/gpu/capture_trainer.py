@@ -38,10 +38,10 @@ def build(width, layers):
 def digest(model, optimizer):
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(p.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
         for v in optimizer.state[p].values():
             if torch.is_tensor(v):
-                h.update(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+                h.update(v.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
