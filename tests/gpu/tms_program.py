@@ -95,9 +95,9 @@ def several_tags():
     torch_memory_saver.pause("type2")
     both = free_bytes() - base
     torch_memory_saver.resume("type2")
+    back2 = free_bytes() - base  # before same_bits(), whose temporaries PyTorch caches
     assert tag_state("type1") == "asleep" and tag_state("type2") == "awake"
     assert same_bits(t2, c2)
-    back2 = free_bytes() - base
     torch_memory_saver.resume("type1")
     torch_memory_saver.pause("type1")
     torch_memory_saver.resume("type1")
