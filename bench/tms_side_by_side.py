@@ -10,8 +10,11 @@ DIR holds torch_memory_saver's source built in place (TMS_CUDA_MAJOR=13
 python3 setup.py build_ext --inplace). The workload is miles's: bf16 weights
 in region("default", enable_cpu_backup=True) and fp32 gradients in a nested
 no-backup region of the same tag; pause() and resume() of everything, a few
-cycles, each program in a process of its own (hook_mode "torch", the one
-SGLang uses; with and without retain_cpu_backup). It prints a Markdown table:
+cycles, each program in a process of its own, with and without
+retain_cpu_backup. The real torch_memory_saver runs in hook_mode "preload"
+(its LD_PRELOAD hook, as configure_subprocess() sets it up; its "torch" mode
+aborts on this workload's nested region: "only support interesting region");
+--tms-hook-mode torch tries that instead. dormant runs in hook_mode "torch". It prints a Markdown table:
 pause and resume seconds (median of the cycles after the first, and the
 first), host memory held while paused and while awake (the process's
 resident set size above what it was before the first pause), device memory
@@ -44,7 +47,7 @@ def worker(weights_gib, grads_gib, cycles, retain):
     import torch_memory_saver as package
     from torch_memory_saver import torch_memory_saver as tms
 
-    tms.hook_mode = "torch"
+    tms.hook_mode = os.environ.get("BENCH_TMS_HOOK_MODE", "torch")
     if retain:
         tms.retain_cpu_backup = True
     torch.cuda.init()
@@ -117,6 +120,8 @@ def main():
     ap.add_argument("--grads-gib", type=float, default=16)
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--json", help="write every measurement here")
+    ap.add_argument("--tms-hook-mode", choices=("preload", "torch"), default="preload",
+                    help="hook_mode of the real torch_memory_saver (default preload)")
     ap.add_argument("--timeout-s", type=int, default=240, help="per program")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--retain", action="store_true", help=argparse.SUPPRESS)
@@ -133,6 +138,15 @@ def main():
     tms_env = dict(base, PYTHONPATH=os.pathsep.join(
         [str(pathlib.Path(args.tms_src).resolve())] +
         [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    tms_env["BENCH_TMS_HOOK_MODE"] = args.tms_hook_mode
+    if args.tms_hook_mode == "preload":
+        hooks = sorted(pathlib.Path(args.tms_src).resolve().rglob(
+            "torch_memory_saver_hook_mode_preload*.so"))
+        if not hooks:
+            print(f"no torch_memory_saver_hook_mode_preload*.so under {args.tms_src}: "
+                  f"build it first", file=sys.stderr)
+            return 2
+        tms_env["LD_PRELOAD"] = str(hooks[0])
     ours_env = dict(base, PYTHONPATH=os.pathsep.join(
         [str(REPO / "python")] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]))
     switch = [sys.executable, "-m", "dormant.run", "--torch-memory-saver", "--"]
@@ -148,7 +162,8 @@ def main():
         print(f"# {label}: {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
     print(f"Workload: {args.weights_gib:g} GiB bf16 weights with backup + {args.grads_gib:g} GiB "
           f"fp32 grads without (nested region, one tag \"default\"), pause() and resume() of "
-          f"everything, {args.cycles} cycles, hook_mode \"torch\".\n")
+          f"everything, {args.cycles} cycles; torch_memory_saver in hook_mode "
+          f"\"{args.tms_hook_mode}\", dormant in hook_mode \"torch\".\n")
     print("| run | pause s | first pause s | resume s | host GiB paused | host GiB awake "
           "| GPU GiB freed | weights intact |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
