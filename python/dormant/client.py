@@ -443,6 +443,10 @@ class _Common:
         self.raise_on_error = raise_on_error
         self._random = random.Random()
 
+    # how a retry waits (tests replace them to see the delays)
+    _sleep = staticmethod(time.sleep)
+    _async_sleep = staticmethod(asyncio.sleep)
+
     def __repr__(self):
         names = ", ".join(e.name for e in self.endpoints[:4])
         more = f", ... ({len(self.endpoints)} in all)" if len(self.endpoints) > 4 else ""
@@ -525,7 +529,7 @@ class _Common:
             while True:
                 kind, arg = gen.send(sent)
                 if kind == "wait":
-                    time.sleep(arg)
+                    self._sleep(arg)
                     sent = None
                 else:
                     try:
@@ -591,7 +595,7 @@ class AsyncClient(_Common):
             while True:
                 kind, arg = gen.send(sent)
                 if kind == "wait":
-                    await asyncio.sleep(arg)
+                    await self._async_sleep(arg)
                     sent = None
                     continue
                 async with limit:
