@@ -244,18 +244,36 @@ def test_bad_tokens_are_refused(token):
 
 # ---- slow ------------------------------------------------------------------
 
-def test_a_silent_server_times_out_and_the_others_succeed(servers, call):
-    a, silent = servers('a'), Silent()
+def test_a_slow_server_times_out_and_the_others_succeed(servers, call):
+    # it would answer, but only after 3 s: well past the 0.3 s timeout
+    a, slow = servers('a'), Counting(1, 3.0)
     try:
         with pytest.raises(RankError) as e:
-            call([a.endpoint, f'127.0.0.1:{silent.port}'], 'sleep', timeout=0.3, retries=1,
-                 **FAST)
+            call([a.endpoint, slow.endpoints[0]], 'health', timeout=0.3, retries=1, **FAST)
     finally:
-        silent.close()
+        slow.close()
     bad, = e.value.failed
-    assert bad.endpoint == f'127.0.0.1:{silent.port}' and 'timed out' in bad.error
+    assert bad.endpoint == slow.endpoints[0] and 'timed out' in bad.error
     assert bad.attempts == 2 and bad.status is None
     assert e.value.results[0].ok
+
+
+def test_a_silent_server_times_out(call):
+    silent = Silent()
+    try:
+        with pytest.raises(RankError) as e:
+            call([f'127.0.0.1:{silent.port}'], 'sleep', timeout=0.2, retries=0)
+    finally:
+        silent.close()
+    assert 'timed out' in e.value.failed[0].error
+
+
+def test_every_failed_rank_is_named(call):
+    downs = [f'127.0.0.1:{free_port()}', f'127.0.0.1:{free_port()}']
+    with pytest.raises(RankError) as e:
+        call(downs, 'stats', retries=0)
+    assert [r.endpoint for r in e.value.failed] == downs
+    assert all(d in str(e.value) for d in downs) and '2 of 2 ranks' in str(e.value)
 
 
 # ---- concurrency -----------------------------------------------------------
@@ -295,6 +313,8 @@ class Counting:
             body = b'{"status":"ok"}'
             c.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
                       b'Content-Length: %d\r\nConnection: close\r\n\r\n%s' % (len(body), body))
+        except OSError:
+            pass  # the client gave up first
         finally:
             with self.lock:
                 self.now -= 1
