@@ -219,8 +219,11 @@ def _token_file(path, source):
 
 def load_token(token=None, token_file=None, environ=None):
     """token, else token_file, else $DORMANT_TOKEN, else the file named by
-    $DORMANT_TOKEN_FILE, else None (as dormantctl). Raises ValueError."""
+    $DORMANT_TOKEN_FILE, else None (as dormantctl); token=False: none, whatever
+    the environment says. Raises ValueError."""
     env = os.environ if environ is None else environ
+    if token is False:
+        return None
     if token is not None:
         return _token_check(token, "token")
     if token_file is not None:

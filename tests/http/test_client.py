@@ -234,6 +234,10 @@ def test_token_from_the_environment_and_a_file(servers, call, monkeypatch, tmp_p
     assert call([t.endpoint], 'stats', token_file=str(f))[0].ok
     with pytest.raises(RankError):
         call([t.endpoint], 'stats')
+    monkeypatch.setenv('DORMANT_TOKEN', 'env-token')
+    with pytest.raises(RankError) as e:
+        call([t.endpoint], 'stats', token=False)  # none sent, whatever the environment says
+    assert e.value.failed[0].status == 401
 
 
 @pytest.mark.parametrize('token', ['', 'has space', 'x' * 4097, 'caf\u00e9'])
