@@ -1193,6 +1193,35 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s)
 	return s ? s->port : 0;
 }
 
+DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
+						  const char *path)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+	int r;
+
+	if (!s || !path || s->port <= 0)
+		return -EINVAL;
+	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (r < 0 || (size_t)r >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%d\n", s->port);
+	if (fclose(f) != 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	if (rename(tmp, path) < 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s)
 {
 	return s ? s->url : "";
