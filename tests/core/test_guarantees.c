@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "dormant.h"
+#include "helpers.h"
 
-#define MiB ((size_t)1 << 20)
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -43,52 +43,6 @@ static void *alloc_on(struct dormant *m, const char *tag, size_t size, int devic
 	cr_assert_eq(dormant_alloc_on(m, tag, size, device, &p), 0, "alloc %zu under %s: %s", size,
 		     tag, dormant_last_error());
 	return p;
-}
-
-static void pattern_make(uint8_t *buf, size_t size, uint64_t seed)
-{
-	uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
-
-	for (size_t i = 0; i < size; i++) {
-		z ^= z << 13;
-		z ^= z >> 7;
-		z ^= z << 17;
-		buf[i] = (uint8_t)z;
-	}
-}
-
-static void fill(struct dormant *m, void *dev, size_t size, uint64_t seed)
-{
-	uint8_t *buf = malloc(size);
-
-	cr_assert_not_null(buf);
-	pattern_make(buf, size, seed);
-	cr_assert_eq(dormant_copy_to_device(m, dev, buf, size), 0, "%s", dormant_last_error());
-	free(buf);
-}
-
-/* seed 0: zeros */
-static bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed)
-{
-	uint8_t *want = calloc(1, size), *got = malloc(size);
-	bool same;
-
-	cr_assert(want && got);
-	if (seed)
-		pattern_make(want, size, seed);
-	cr_assert_eq(dormant_copy_to_host(m, got, dev, size), 0, "%s", dormant_last_error());
-	same = memcmp(want, got, size) == 0;
-	free(want);
-	free(got);
-	return same;
-}
-
-static struct dormant_stats *stats(struct dormant *m)
-{
-	static struct dormant_stats s;
-
-	cr_assert_eq(dormant_stats_get(m, &s), 0, "%s", dormant_last_error());
-	return &s;
 }
 
 static void expect_all(struct dormant *m, enum dormant_state state)
@@ -327,7 +281,7 @@ Test(deferred, sleep_synchronizes_the_device_before_copying, .init = deferred)
 
 	cr_assert_not_null(late);
 	fill(m, w, size, 60);
-	pattern_make(late, size, 61);
+	pattern_make(late, 0, size, 61);
 	cr_assert_eq(dormant_debug_defer_write(m, w, late, size), 0, "%s", dormant_last_error());
 	free(late);
 	cr_expect(holds(m, w, size, 60), "the deferred write landed before any synchronize");
