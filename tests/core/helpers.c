@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void pin_pieces_small(void)
 {
@@ -18,6 +19,27 @@ void unpinned(void)
 bool on_host(struct dormant *m)
 {
 	return strcmp(dormant_backend_name(m), "host") == 0;
+}
+
+struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
+{
+	struct dormant_options o = {
+		.host_mode = mode,
+		.chunk_bytes = chunk_bytes,
+		.staging_bytes = 8 * MiB, /* 2 MiB slots: several pieces per chunk */
+		.guard_timeout_ms = 5000,
+		.copy_threads = 2,
+	};
+	struct dormant *m = NULL;
+	int r = dormant_new(&o, &m);
+
+	cr_assert_eq(r, 0, "dormant_new: %s", dormant_last_error());
+	return m;
+}
+
+struct dormant *manager(void)
+{
+	return manager_with(DORMANT_HOST_RELEASE, 4 * MiB);
 }
 
 static uint64_t pattern_word(uint64_t seed, size_t i)
@@ -98,4 +120,31 @@ const struct dormant_tag_stats *tag_stats(const struct dormant_stats *s, const c
 			return &s->tags[i];
 	cr_assert_fail("no tag %s in stats", tag);
 	return NULL;
+}
+
+void expect_no_device_leak(struct dormant *m)
+{
+	struct dormant_stats *s = stats(m);
+
+	if (!on_host(m))
+		return;
+	for (size_t i = 0; i < s->device_count; i++)
+		cr_expect_eq(s->devices[i].total_bytes - s->devices[i].free_bytes,
+			     s->devices[i].managed_bytes, "device %d: used %llu, managed %llu",
+			     s->devices[i].ordinal,
+			     (unsigned long long)(s->devices[i].total_bytes - s->devices[i].free_bytes),
+			     (unsigned long long)s->devices[i].managed_bytes);
+}
+
+uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
+{
+	uint64_t got = 0;
+
+	for (int i = 0; i < 1000; i++) {
+		got = stats(m)->host_bytes;
+		if (got == want)
+			break;
+		usleep(10000);
+	}
+	return got;
 }

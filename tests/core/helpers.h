@@ -21,6 +21,12 @@ void unpinned(void);
 
 bool on_host(struct dormant *m);
 
+/* A manager for tests: mode, chunks of chunk_bytes, an 8 MiB staging ring
+ * (2 MiB slots), 2 copy threads, a 5 s guard timeout. manager(): release
+ * mode, 4 MiB chunks. */
+struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes);
+struct dormant *manager(void);
+
 /* The pattern of seed for the bytes [offset, offset + size) of a buffer
  * filled from its start: a slice of a filled buffer checks alone. */
 void pattern_make(uint8_t *buf, size_t offset, size_t size, uint64_t seed);
@@ -34,5 +40,12 @@ bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed);
 /* A snapshot of m's stats, in storage of the calling thread's own. */
 struct dormant_stats *stats(struct dormant *m);
 const struct dormant_tag_stats *tag_stats(const struct dormant_stats *s, const char *tag);
+/* Host backend: each simulated device's used bytes are what the manager has
+ * mapped (nothing leaked). CUDA: other users share the device; no check. */
+void expect_no_device_leak(struct dormant *m);
+/* Host copies in release mode are given back on a worker thread: wait up to
+ * 10 s for stats' host_bytes to be want; returns the last value read (a copy
+ * never given back then fails the caller's check). */
+uint64_t host_bytes_settled(struct dormant *m, uint64_t want);
 
 #endif

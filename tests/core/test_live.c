@@ -18,27 +18,6 @@
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
-{
-	struct dormant_options o = {
-		.host_mode = mode,
-		.chunk_bytes = chunk_bytes,
-		.staging_bytes = 8 * MiB, /* 2 MiB slots: several pieces per chunk */
-		.guard_timeout_ms = 5000,
-		.copy_threads = 2,
-	};
-	struct dormant *m = NULL;
-	int r = dormant_new(&o, &m);
-
-	cr_assert_eq(r, 0, "dormant_new: %s", dormant_last_error());
-	return m;
-}
-
-static struct dormant *manager(void)
-{
-	return manager_with(DORMANT_HOST_RELEASE, 4 * MiB);
-}
-
 static void *alloc_as(struct dormant *m, const char *tag, int policy, size_t size)
 {
 	void *p = NULL;
@@ -57,33 +36,6 @@ static const struct dormant_tag_change *change_of(const struct dormant_report *r
 			return &r->tags[i];
 	cr_assert_fail("no tag %s in report", tag);
 	return NULL;
-}
-
-/* Host backend: the simulated device's used bytes equal what the manager
- * has mapped (nothing leaked). CUDA: other users share the device. */
-static void expect_no_device_leak(struct dormant *m)
-{
-	struct dormant_stats *s = stats(m);
-
-	if (!on_host(m))
-		return;
-	for (size_t i = 0; i < s->device_count; i++)
-		cr_expect_eq(s->devices[i].total_bytes - s->devices[i].free_bytes,
-			     s->devices[i].managed_bytes, "device %d leaks", s->devices[i].ordinal);
-}
-
-/* Host copies in release mode are given back on a worker thread. */
-static uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
-{
-	uint64_t got = 0;
-
-	for (int i = 0; i < 1000; i++) {
-		got = stats(m)->host_bytes;
-		if (got == want)
-			break;
-		usleep(10000);
-	}
-	return got;
 }
 
 static void cycle(struct dormant *m, struct dormant_report *sleep_rep,
