@@ -358,11 +358,13 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class _Retryable(Exception):
-    """A connection-level failure worth another attempt."""
+    """A failure with no HTTP answer: connection-level ones are worth another
+    attempt (retry=True), an oversized answer is not."""
 
-    def __init__(self, message, sent):
+    def __init__(self, message, sent, retry=True):
         super().__init__(message)
         self.sent = sent
+        self.retry = retry
 
 
 def _attempt(ep, method, path, body, headers, timeout, connect_timeout, ssl_context):
@@ -391,7 +393,7 @@ def _attempt(ep, method, path, body, headers, timeout, connect_timeout, ssl_cont
             raise _Retryable(f"{'no answer' if sent else 'send failed'}: {_why(e)}",
                              sent) from None
         if len(data) > _RESPONSE_MAX:
-            raise _Retryable(f"answer longer than {_RESPONSE_MAX} bytes", True)
+            raise _Retryable(f"answer longer than {_RESPONSE_MAX} bytes", True, retry=False)
         return resp.status, resp.headers, data
     finally:
         conn.close()
@@ -504,7 +506,7 @@ class _Common:
             if isinstance(outcome, _Retryable):
                 r.status, r.ok, r.error = None, False, str(outcome)
                 sent_unanswered |= outcome.sent
-                if may_retry:
+                if may_retry and outcome.retry:
                     yield ("wait", self.delay_s(r.attempts, -1))
                     continue
                 break

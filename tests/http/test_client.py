@@ -340,6 +340,97 @@ def test_concurrency_limit(call, limit):
     assert 1 <= srv.most <= limit
 
 
+# ---- answers dormantd never gives ------------------------------------------
+
+class Scripted:
+    """A TCP server whose n-th connection gets the n-th (pause_s, status,
+    body) of a script (the last one again when the script runs out)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.count = 0
+        self.sock = socket.socket()
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.listen(16)
+        self.endpoint = f'127.0.0.1:{self.sock.getsockname()[1]}'
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            pause, status, body = self.script[min(self.count, len(self.script) - 1)]
+            self.count += 1
+            threading.Thread(target=self._serve, args=(c, pause, status, body),
+                             daemon=True).start()
+
+    @staticmethod
+    def _serve(c, pause, status, body):
+        try:
+            c.recv(65536)
+            time.sleep(pause)
+            c.sendall(b'HTTP/1.1 %d X\r\nContent-Type: application/json\r\n'
+                      b'Content-Length: %d\r\nConnection: close\r\n\r\n%s'
+                      % (status, len(body), body))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+REPORT = b'{"state":"asleep","changed":false,"duration_s":0.0,"bytes_released":0}'
+BUSY = b'{"type":"urn:dormant:problem:busy","title":"Busy","status":409,"detail":"busy"}'
+
+
+def test_409_after_a_timed_out_attempt_is_retried(call):
+    # the first attempt times out once sent; the rank is still running that
+    # sleep (409), then reports it
+    srv = Scripted([(1.0, 200, REPORT), (0, 409, BUSY), (0, 200, REPORT)])
+    try:
+        r, = call([srv.endpoint], 'sleep', timeout=0.3, retries=3, **FAST)
+    finally:
+        srv.close()
+    assert r.ok and r.attempts == 3 and r.state == 'asleep'
+
+
+def test_409_alone_is_not_retried(call):
+    srv = Scripted([(0, 409, BUSY), (0, 200, REPORT)])
+    try:
+        with pytest.raises(RankError) as e:
+            call([srv.endpoint], 'sleep', retries=3, **FAST)
+    finally:
+        srv.close()
+    bad, = e.value.failed
+    assert bad.status == 409 and bad.attempts == 1 and 'busy' in bad.error
+
+
+def test_an_oversized_answer_fails_without_retries(call, monkeypatch):
+    monkeypatch.setattr(dc, '_RESPONSE_MAX', 1000)
+    srv = Scripted([(0, 200, b'{"status":"' + b'x' * 2000 + b'"}')])
+    try:
+        with pytest.raises(RankError) as e:
+            call([srv.endpoint], 'health', retries=3, **FAST)
+    finally:
+        srv.close()
+    bad, = e.value.failed
+    assert 'longer than 1000 bytes' in bad.error and bad.attempts == 1
+
+
+def test_a_200_that_is_not_json_fails(call):
+    srv = Scripted([(0, 200, b'not json')])
+    try:
+        with pytest.raises(RankError) as e:
+            call([srv.endpoint], 'stats', retries=0)
+    finally:
+        srv.close()
+    assert 'not a JSON object' in e.value.failed[0].error
+
+
 # ---- endpoints and options -----------------------------------------------------
 
 def test_endpoint_forms():
