@@ -10,7 +10,8 @@
     async with AsyncClient(dns="trainer.ns.svc", ports="8787-8794") as ranks:
         results = await ranks.stats()
 
-Standard library only; importing it does not load libdormant. The endpoint
+Calls: sleep(tags), wake(tags), stats(), health(), ready(). Standard
+library only; importing it does not load libdormant. The endpoint
 forms, the retry policy and the token sources are those of dormantctl
 (docs/operations.md): HOST[:PORT], [IPV6][:PORT], http://HOST:PORT,
 https://HOST:PORT, unix:/PATH (or a bare absolute socket path), and dns=NAME
@@ -481,7 +482,7 @@ class _Common:
                     raise ValueError("tags must be non-empty strings")
             body = json.dumps({"tags": tags}).encode() if tags is not None else b""
             return "POST", f"/{action}", body
-        return "GET", {"stats": "/stats", "health": "/healthz"}[action], None
+        return "GET", {"stats": "/stats", "health": "/healthz", "ready": "/readyz"}[action], None
 
     def _headers(self, body):
         h = {"Accept": "application/json", "Connection": "close"}
@@ -547,7 +548,7 @@ class _Common:
 
 
 def path_action(path):
-    return {"/sleep": "sleep", "/wake": "wake", "/stats": "stats"}.get(path, "health")
+    return {"/sleep": "sleep", "/wake": "wake", "/stats": "stats"}.get(path, "health")  # or ready
 
 
 class Client(_Common):
@@ -577,6 +578,10 @@ class Client(_Common):
     def health(self):
         """GET /healthz on every rank."""
         return self._call("health")
+
+    def ready(self):
+        """GET /readyz on every rank (a 503 not-ready is retried as any 503)."""
+        return self._call("ready")
 
     def close(self):
         """Nothing to release (no connection outlives a request)."""
@@ -635,6 +640,10 @@ class AsyncClient(_Common):
     async def health(self):
         """GET /healthz on every rank."""
         return await self._call("health")
+
+    async def ready(self):
+        """GET /readyz on every rank."""
+        return await self._call("ready")
 
     async def aclose(self):
         """Nothing to release (no connection outlives a request)."""

@@ -124,6 +124,8 @@ def test_all_up_sleep_wake_stats_health(servers, call):
     assert all(r.ok and r.changed is False for r in again)
     health = call(eps, 'health')
     assert all(r.ok and r.state == 'ok' for r in health)
+    ready = call(eps, 'ready')
+    assert all(r.ok and r.state == 'ready' for r in ready), ready
 
 
 def test_tags_are_sent(servers, call):
