@@ -282,32 +282,6 @@ static void manager_log(enum dormant_log_level level, const char *message, void 
 
 static int stats_extra(void *userdata, char *buf, size_t size);
 
-static int write_port_file(const char *path, int port)
-{
-	char tmp[PATH_MAX];
-	FILE *f;
-	int r;
-
-	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (r < 0 || (size_t)r >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	f = fopen(tmp, "w");
-	if (!f)
-		return -errno;
-	fprintf(f, "%d\n", port);
-	if (fclose(f) != 0) {
-		r = -errno;
-		unlink(tmp);
-		return r;
-	}
-	if (rename(tmp, path) < 0) {
-		r = -errno;
-		unlink(tmp);
-		return r;
-	}
-	return 0;
-}
-
 /* The server variables are for the process the wrapper started (its pid is
  * $DORMANT_PRELOAD_PID), not for the children that inherit them. */
 static bool server_is_ours(void)
@@ -368,7 +342,7 @@ static void start_locked(void)
 			return;
 		}
 		if (port_file && *port_file) {
-			r = write_port_file(port_file, dormant_server_port(server));
+			r = dormant_server_write_port_file(server, port_file);
 			if (r < 0) {
 				refuse_locked("writing %s: %s", port_file, strerror(-r));
 				dormant_server_stop(server);

@@ -114,6 +114,14 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 /* The TCP port listened on (0 for a Unix socket). */
 DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s);
 
+/* Write the TCP port and a newline to path, under another name first and
+ * then renamed, so that a reader polling for the file never sees half a
+ * number (how a launcher learns the port of a server started on port 0).
+ * Returns -EINVAL (NULL arguments, a Unix-socket server), -ENAMETOOLONG, or
+ * the errno of the failed file operation. Thread-safe. */
+DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
+						  const char *path);
+
 /* "http://127.0.0.1:PORT" or "unix:PATH"; owned by the server. */
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s);
 

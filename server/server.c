@@ -106,6 +106,10 @@ struct dormant_server {
 	pthread_cond_t idle;
 	unsigned requests_active;  /* between their first call and completion */
 	unsigned handlers_running; /* inside an api handler */
+	/* connections resumed by a slow handler's thread that libmicrohttpd has
+	 * not taken back yet (it does on its own thread, a moment later): it
+	 * aborts the process when stopped with a connection still suspended */
+	unsigned resumes_pending;
 	unsigned offloaded;        /* handlers running on threads of their own */
 	bool stopping;
 };
@@ -155,6 +159,7 @@ struct request {
 	struct api_request req;
 	struct api_response deferred;
 	bool deferred_ready;
+	bool resume_pending; /* counted in resumes_pending; under s->lock */
 };
 
 /* ---- responses ----------------------------------------------------------- */
@@ -612,8 +617,13 @@ static void *offload_main(void *arg)
 
 	rq->route->handle(&s->api, &rq->req, &rq->deferred);
 	rq->deferred_ready = true;
-	/* resumed before the count drops: stop, waiting for the count, never
-	 * stops the daemon with this connection still suspended */
+	/* counted before the resume, resumed before the handler count drops:
+	 * stop waits for both, so it never stops the daemon with this
+	 * connection still suspended */
+	pthread_mutex_lock(&s->lock);
+	rq->resume_pending = true;
+	s->resumes_pending++;
+	pthread_mutex_unlock(&s->lock);
 	MHD_resume_connection(rq->connection);
 	pthread_mutex_lock(&s->lock);
 	s->offloaded--;
@@ -655,6 +665,19 @@ static bool offload(struct dormant_server *s, struct MHD_Connection *connection,
 	return started;
 }
 
+/* libmicrohttpd has taken back a connection a slow handler resumed (it
+ * calls us for it again, or ends it). */
+static void resume_taken(struct dormant_server *s, struct request *rq)
+{
+	pthread_mutex_lock(&s->lock);
+	if (rq->resume_pending) {
+		rq->resume_pending = false;
+		s->resumes_pending--;
+		pthread_cond_broadcast(&s->idle);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* The last call: the whole body is in. */
 static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Connection *connection,
 				      struct request *rq, const char *method)
@@ -662,8 +685,10 @@ static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Conne
 	struct api_response resp = { 0 };
 	bool stopping;
 
-	if (rq->deferred_ready) /* resumed: the slow handler has answered */
+	if (rq->deferred_ready) { /* resumed: the slow handler has answered */
+		resume_taken(s, rq);
 		return send_response(connection, rq, &rq->deferred);
+	}
 	if (rq->too_large)
 		return send_problem(connection, rq, 413, "payload-too-large",
 				    "the body is larger than 65536 bytes");
@@ -755,6 +780,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
 		rq->conn->waiting_since_s = now_monotonic_s();
 		pthread_mutex_unlock(&s->conn_lock);
 	}
+	resume_taken(s, rq);
 	if (!rq->begun) {
 		/* libmicrohttpd refused it before any handler call (431, 414) */
 		free(rq);
@@ -1193,6 +1219,35 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s)
 	return s ? s->port : 0;
 }
 
+DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
+						  const char *path)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+	int r;
+
+	if (!s || !path || s->port <= 0)
+		return -EINVAL;
+	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (r < 0 || (size_t)r >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%d\n", s->port);
+	if (fclose(f) != 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	if (rename(tmp, path) < 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s)
 {
 	return s ? s->url : "";
@@ -1219,8 +1274,9 @@ DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
 
 	pthread_mutex_lock(&s->lock);
 	s->stopping = true;
-	/* A sleep or wake in flight runs to its end, however long. */
-	while (s->handlers_running > 0)
+	/* A sleep or wake in flight runs to its end, however long; then
+	 * libmicrohttpd takes its connection back (a moment, on its thread). */
+	while (s->handlers_running > 0 || s->resumes_pending > 0)
 		pthread_cond_wait(&s->idle, &s->lock);
 	/* Answered requests get a moment to be sent. */
 	clock_gettime(CLOCK_MONOTONIC, &deadline);

@@ -651,34 +651,6 @@ static int after_wake(struct dormant *m, enum dormant_hook_point point, void *us
 
 /* ---- main ---------------------------------------------------------------- */
 
-static int write_port_file(const char *path, int port)
-{
-	char tmp[4096];
-	FILE *f;
-	int r;
-
-	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (r < 0 || (size_t)r >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	/* written whole under another name, then renamed: a reader never sees
-	 * half a number */
-	f = fopen(tmp, "w");
-	if (!f)
-		return -errno;
-	fprintf(f, "%d\n", port);
-	if (fclose(f) != 0) {
-		r = -errno;
-		unlink(tmp);
-		return r;
-	}
-	if (rename(tmp, path) < 0) {
-		r = -errno;
-		unlink(tmp);
-		return r;
-	}
-	return 0;
-}
-
 static int sizes_check(struct demo *d);
 
 static int demo_setup(struct demo *d)
@@ -849,7 +821,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (d.config.port_file) {
-		r = write_port_file(d.config.port_file, dormant_server_port(server));
+		r = dormant_server_write_port_file(server, d.config.port_file);
 		if (r < 0) {
 			warn("writing %s: %s", d.config.port_file, strerror(-r));
 			goto out;

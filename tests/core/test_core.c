@@ -15,49 +15,10 @@
 #include <unistd.h>
 
 #include "dormant.h"
+#include "helpers.h"
 
-#define MiB ((size_t)1 << 20)
-#define KiB ((size_t)1 << 10)
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
-{
-	struct dormant_options o = {
-		.host_mode = mode,
-		.chunk_bytes = chunk_bytes,
-		.staging_bytes = 8 * MiB, /* 2 MiB slots: several pieces per chunk */
-		.guard_timeout_ms = 5000,
-		.copy_threads = 2,
-	};
-	struct dormant *m = NULL;
-	int r = dormant_new(&o, &m);
-
-	cr_assert_eq(r, 0, "dormant_new: %s", dormant_last_error());
-	return m;
-}
-
-static struct dormant *manager(void)
-{
-	return manager_with(DORMANT_HOST_RELEASE, 4 * MiB);
-}
-
-/* Host copies are pinned in 1 MiB pieces (so a chunk takes several copies),
- * or, with DORMANT_PIN_HOST=0, go through the staging ring in 2 MiB slots. */
-static void pin_pieces_small(void)
-{
-	setenv("DORMANT_PIN_PIECE_BYTES", "1MiB", 1);
-}
-
-static void unpinned(void)
-{
-	setenv("DORMANT_PIN_HOST", "0", 1);
-}
-
-static bool on_host(struct dormant *m)
-{
-	return strcmp(dormant_backend_name(m), "host") == 0;
-}
 
 static void *alloc_tag(struct dormant *m, const char *tag, size_t size)
 {
@@ -67,69 +28,6 @@ static void *alloc_tag(struct dormant *m, const char *tag, size_t size)
 	cr_assert_eq(r, 0, "alloc %zu under %s: %s", size, tag, dormant_last_error());
 	cr_assert_not_null(p);
 	return p;
-}
-
-static uint64_t pattern_word(uint64_t seed, size_t i)
-{
-	uint64_t z = seed * 0x9e3779b97f4a7c15ull + i + 1;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void pattern_make(uint8_t *buf, size_t size, uint64_t seed)
-{
-	for (size_t i = 0; i < size; i += 8) {
-		uint64_t w = pattern_word(seed, i / 8);
-
-		memcpy(buf + i, &w, size - i < 8 ? size - i : 8);
-	}
-}
-
-static void fill(struct dormant *m, void *dev, size_t size, uint64_t seed)
-{
-	uint8_t *buf = malloc(size);
-
-	cr_assert_not_null(buf);
-	pattern_make(buf, size, seed);
-	cr_assert_eq(dormant_copy_to_device(m, dev, buf, size), 0, "%s", dormant_last_error());
-	free(buf);
-}
-
-/* True if the device memory holds the pattern of seed (seed 0: zeros). */
-static bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed)
-{
-	uint8_t *want = malloc(size), *got = malloc(size);
-	bool same;
-
-	cr_assert(want && got);
-	if (seed)
-		pattern_make(want, size, seed);
-	else
-		memset(want, 0, size);
-	cr_assert_eq(dormant_copy_to_host(m, got, dev, size), 0, "%s", dormant_last_error());
-	same = memcmp(want, got, size) == 0;
-	free(want);
-	free(got);
-	return same;
-}
-
-static const struct dormant_tag_stats *tag_stats(const struct dormant_stats *s, const char *tag)
-{
-	for (size_t i = 0; i < s->tag_count; i++)
-		if (strcmp(s->tags[i].tag, tag) == 0)
-			return &s->tags[i];
-	cr_assert_fail("no tag %s in stats", tag);
-	return NULL;
-}
-
-static struct dormant_stats *stats(struct dormant *m)
-{
-	static _Thread_local struct dormant_stats s;
-
-	cr_assert_eq(dormant_stats_get(m, &s), 0, "%s", dormant_last_error());
-	return &s;
 }
 
 static enum dormant_state state_of(struct dormant *m, const char *tag)
@@ -144,36 +42,6 @@ static const struct dormant_tag_change *change_of(const struct dormant_report *r
 			return &r->tags[i];
 	cr_assert_fail("no tag %s in report", tag);
 	return NULL;
-}
-
-/* Host backend: the simulated device's used bytes must equal what the
- * manager has mapped (nothing leaked). CUDA: other users share the device. */
-static void expect_no_device_leak(struct dormant *m)
-{
-	struct dormant_stats *s = stats(m);
-
-	if (!on_host(m))
-		return;
-	for (size_t i = 0; i < s->device_count; i++)
-		cr_expect_eq(s->devices[i].total_bytes - s->devices[i].free_bytes,
-			     s->devices[i].managed_bytes, "device %d: used %llu, managed %llu",
-			     s->devices[i].ordinal,
-			     (unsigned long long)(s->devices[i].total_bytes - s->devices[i].free_bytes),
-			     (unsigned long long)s->devices[i].managed_bytes);
-}
-
-/* Host copies in release mode are given back on a worker thread after wake. */
-static uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
-{
-	uint64_t got = 0;
-
-	for (int i = 0; i < 1000; i++) {
-		got = stats(m)->host_bytes;
-		if (got == want)
-			break;
-		usleep(10000);
-	}
-	return got;
 }
 
 static const char *const weights_only[] = { "weights", NULL };

@@ -13,12 +13,12 @@
 #include <unistd.h>
 
 #include "dormant.h"
+#include "helpers.h"
 
-#define MiB ((size_t)1 << 20)
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static struct dormant *manager_with(enum dormant_host_mode mode, int devices)
+static struct dormant *manager_on_devices(enum dormant_host_mode mode, int devices)
 {
 	struct dormant_options o = {
 		.backend = "host",
@@ -45,52 +45,6 @@ static void *alloc_on(struct dormant *m, const char *tag, size_t size, int devic
 	return p;
 }
 
-static void pattern_make(uint8_t *buf, size_t size, uint64_t seed)
-{
-	uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
-
-	for (size_t i = 0; i < size; i++) {
-		z ^= z << 13;
-		z ^= z >> 7;
-		z ^= z << 17;
-		buf[i] = (uint8_t)z;
-	}
-}
-
-static void fill(struct dormant *m, void *dev, size_t size, uint64_t seed)
-{
-	uint8_t *buf = malloc(size);
-
-	cr_assert_not_null(buf);
-	pattern_make(buf, size, seed);
-	cr_assert_eq(dormant_copy_to_device(m, dev, buf, size), 0, "%s", dormant_last_error());
-	free(buf);
-}
-
-/* seed 0: zeros */
-static bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed)
-{
-	uint8_t *want = calloc(1, size), *got = malloc(size);
-	bool same;
-
-	cr_assert(want && got);
-	if (seed)
-		pattern_make(want, size, seed);
-	cr_assert_eq(dormant_copy_to_host(m, got, dev, size), 0, "%s", dormant_last_error());
-	same = memcmp(want, got, size) == 0;
-	free(want);
-	free(got);
-	return same;
-}
-
-static struct dormant_stats *stats(struct dormant *m)
-{
-	static struct dormant_stats s;
-
-	cr_assert_eq(dormant_stats_get(m, &s), 0, "%s", dormant_last_error());
-	return &s;
-}
-
 static void expect_all(struct dormant *m, enum dormant_state state)
 {
 	struct dormant_stats *s = stats(m);
@@ -98,34 +52,6 @@ static void expect_all(struct dormant *m, enum dormant_state state)
 	for (size_t i = 0; i < s->tag_count; i++)
 		cr_expect_eq(s->tags[i].state, state, "tag %s is %s", s->tags[i].tag,
 			     dormant_state_name(s->tags[i].state));
-}
-
-/* The simulated devices' used bytes equal what the manager has mapped. */
-static void expect_no_device_leak(struct dormant *m)
-{
-	struct dormant_stats *s = stats(m);
-
-	for (size_t i = 0; i < s->device_count; i++)
-		cr_expect_eq(s->devices[i].total_bytes - s->devices[i].free_bytes,
-			     s->devices[i].managed_bytes, "device %d: used %llu, managed %llu",
-			     s->devices[i].ordinal,
-			     (unsigned long long)(s->devices[i].total_bytes - s->devices[i].free_bytes),
-			     (unsigned long long)s->devices[i].managed_bytes);
-}
-
-/* Release mode gives host copies back on a worker thread: wait for that (a
- * copy that is never given back times out here and fails). */
-static uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
-{
-	uint64_t got = 0;
-
-	for (int i = 0; i < 1000; i++) {
-		got = stats(m)->host_bytes;
-		if (got == want)
-			break;
-		usleep(10000);
-	}
-	return got;
 }
 
 static long rss_bytes(void)
@@ -156,7 +82,7 @@ Test(release, a_rolled_back_sleep_gives_its_host_copies_back_at_once, .timeout =
 		int failures = 0;
 
 		for (unsigned n = 2; n < 100; n++) {
-			struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 1);
+			struct dormant *m = manager_on_devices(DORMANT_HOST_RELEASE, 1);
 			void *w = alloc_on(m, "weights", size, 0);
 			long awake;
 			int r;
@@ -196,7 +122,7 @@ Test(release, host_copies_leave_the_process_after_wake)
 
 	for (int retain = 0; retain < 2; retain++) {
 		struct dormant *m =
-			manager_with(retain ? DORMANT_HOST_RETAIN : DORMANT_HOST_RELEASE, 1);
+			manager_on_devices(retain ? DORMANT_HOST_RETAIN : DORMANT_HOST_RELEASE, 1);
 		void *w = alloc_on(m, "weights", size, 0);
 		long awake, woken;
 
@@ -237,7 +163,7 @@ Test(devices, a_failure_on_one_device_rolls_back_both, .timeout = 120)
 	int failures = 0;
 
 	for (unsigned n = 1; n < 100; n++) {
-		struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 2);
+		struct dormant *m = manager_on_devices(DORMANT_HOST_RELEASE, 2);
 		void *w[2], *g[2];
 		int r;
 
@@ -283,7 +209,7 @@ Test(devices, a_failure_on_one_device_rolls_back_both, .timeout = 120)
 Test(devices, a_wake_failing_on_one_device_leaves_both_asleep)
 {
 	const size_t size = 8 * MiB;
-	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 2);
+	struct dormant *m = manager_on_devices(DORMANT_HOST_RELEASE, 2);
 	void *w[2];
 
 	for (int d = 0; d < 2; d++) {
@@ -321,13 +247,13 @@ static void deferred(void)
 Test(deferred, sleep_synchronizes_the_device_before_copying, .init = deferred)
 {
 	const size_t size = 8 * MiB;
-	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 1);
+	struct dormant *m = manager_on_devices(DORMANT_HOST_RELEASE, 1);
 	void *w = alloc_on(m, "weights", size, 0);
 	uint8_t *late = malloc(size);
 
 	cr_assert_not_null(late);
 	fill(m, w, size, 60);
-	pattern_make(late, size, 61);
+	pattern_make(late, 0, size, 61);
 	cr_assert_eq(dormant_debug_defer_write(m, w, late, size), 0, "%s", dormant_last_error());
 	free(late);
 	cr_expect(holds(m, w, size, 60), "the deferred write landed before any synchronize");
@@ -342,7 +268,7 @@ Test(deferred, sleep_synchronizes_the_device_before_copying, .init = deferred)
 Test(deferred, a_cycle_waits_for_its_own_copies_and_zero_fills, .init = deferred)
 {
 	const size_t size = 9 * MiB + 100;
-	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, 1);
+	struct dormant *m = manager_on_devices(DORMANT_HOST_RELEASE, 1);
 	void *w, *g;
 
 	dormant_set_policy(m, "grads", DORMANT_DISCARD);
@@ -366,7 +292,7 @@ Test(deferred, deferred_writes_need_deferred_streams)
 	char byte = 1;
 
 	unsetenv("DORMANT_HOST_DEFER_STREAMS");
-	m = manager_with(DORMANT_HOST_RELEASE, 1);
+	m = manager_on_devices(DORMANT_HOST_RELEASE, 1);
 	w = alloc_on(m, "weights", 4 * MiB, 0);
 	cr_expect_eq(dormant_debug_defer_write(m, w, &byte, 1), -ENOTSUP);
 	cr_expect_eq(dormant_debug_defer_write(m, &byte, &byte, 1), -EINVAL);

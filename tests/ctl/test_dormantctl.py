@@ -394,7 +394,7 @@ def test_timed_out_transition_is_waited_out(mock):
     def handler(req):
         calls.append(req.path)
         if len(calls) == 1:
-            release.wait(20)  # the first sleep outlives the client's timeout
+            release.wait(20)  # the first sleep outlives the client's timeout (2 s: the later attempts must not time out on a loaded machine)
             return json_answer(200, {"state": "asleep"})
         if len(calls) == 2:
             return json_answer(409, {"type": "urn:dormant:problem:busy", "status": 409})
@@ -402,7 +402,7 @@ def test_timed_out_transition_is_waited_out(mock):
 
     s = mock(handler)
     try:
-        p, doc = ctl_json(*FAST, "--timeout", "0.3", "--retries", "3", "sleep", s.endpoint)
+        p, doc = ctl_json(*FAST, "--timeout", "2", "--retries", "3", "sleep", s.endpoint)
     finally:
         release.set()
     assert p.returncode == 0, p.stdout

@@ -123,6 +123,34 @@ Test(server, port_zero_and_address_in_use)
 	fixture_stop(&f);
 }
 
+Test(server, port_file_holds_the_port_whole)
+{
+	struct fixture f;
+	char dir[] = "/tmp/dormant-port-XXXXXX", path[128], tmp[140], text[32] = "";
+	FILE *file;
+
+	fixture_start(&f, NULL);
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/port", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	cr_assert_eq(dormant_server_write_port_file(f.server, path), 0);
+	file = fopen(path, "r");
+	cr_assert_not_null(file);
+	cr_assert_not_null(fgets(text, sizeof(text), file));
+	fclose(file);
+	cr_expect_eq(atoi(text), dormant_server_port(f.server));
+	cr_expect_eq(text[strlen(text) - 1], '\n');
+	cr_expect_neq(access(tmp, F_OK), 0, "the temporary name is gone");
+	cr_expect_eq(dormant_server_write_port_file(NULL, path), -EINVAL);
+	cr_expect_eq(dormant_server_write_port_file(f.server, NULL), -EINVAL);
+	snprintf(path, sizeof(path), "%s/missing/port", dir);
+	cr_expect_eq(dormant_server_write_port_file(f.server, path), -ENOENT);
+	snprintf(path, sizeof(path), "%s/port", dir);
+	unlink(path);
+	rmdir(dir);
+	fixture_stop(&f);
+}
+
 Test(server, host_names_resolve)
 {
 	struct fixture_config config = { .server = { .listen = "localhost:0" } };
