@@ -78,6 +78,20 @@ struct api_response {
 /* Free the body of a response (unless static) and clear it. */
 void api_response_finish(struct api_response *resp);
 
+/*
+ * JSON numbers without float noise (1.19999982e-7): each double is rounded to
+ * what it means, and every document is dumped with API_JSON_REAL, 15
+ * significant digits (DBL_DIG), so that it prints as the decimal it was
+ * rounded to. NaN and infinities become 0.
+ */
+#define API_JSON_REAL JSON_REAL_PRECISION(15)
+enum api_number {
+	API_SECONDS = 0, /* a duration: to the nanosecond */
+	API_UNIX_SECONDS, /* a time since the epoch: to the millisecond */
+	API_RATE,        /* a rate such as copy_gbps: 6 significant digits */
+};
+json_t *api_number(double value, enum api_number kind);
+
 /* Fill resp with a problem document. slug is one of the types in
  * openapi.yaml ("bad-request", "busy", ...); detail may be NULL. extra, if
  * not NULL, is merged into the document (stolen). */

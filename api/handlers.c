@@ -61,7 +61,7 @@ static void respond_json(struct api_response *resp, int status, const char *cont
 		respond_out_of_memory(resp);
 		return;
 	}
-	text = json_dumps(doc, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_REAL_PRECISION(9));
+	text = json_dumps(doc, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | API_JSON_REAL);
 	json_decref(doc);
 	if (!text) {
 		respond_out_of_memory(resp);

@@ -11,10 +11,9 @@
 #include "dormant-json.h"
 #include "util.h"
 
-/* Doubles are printed with this many significant digits: enough for
- * durations in microseconds, short enough to read. */
-#define JSON_FLAGS_COMPACT (JSON_COMPACT | JSON_REAL_PRECISION(9))
-#define JSON_FLAGS_PRETTY (JSON_INDENT(2) | JSON_REAL_PRECISION(9))
+/* Doubles: see api_number() and API_JSON_REAL in api.h. */
+#define JSON_FLAGS_COMPACT (JSON_COMPACT | API_JSON_REAL)
+#define JSON_FLAGS_PRETTY (JSON_INDENT(2) | API_JSON_REAL)
 
 const char *api_result_name(int result)
 {
@@ -58,11 +57,36 @@ static const char *kind_name(enum api_kind kind)
 	return kind == API_SLEEP ? "sleep" : "wake";
 }
 
-/* json_real() refuses NaN and infinities; a rate or a duration is never
- * either unless something went wrong, and then 0 says it best. */
-static json_t *real(double value)
+/* value rounded to digits decimals (digits may be negative): the nearest
+ * double to that decimal, which %.15g prints back exactly. */
+static double round_decimals(double value, int digits)
 {
-	return json_real(isfinite(value) ? value : 0.0);
+	if (digits >= 0) {
+		double scale = pow(10.0, digits);
+		return round(value * scale) / scale;
+	}
+	double scale = pow(10.0, -digits);
+	return round(value / scale) * scale;
+}
+
+json_t *api_number(double value, enum api_number kind)
+{
+	/* json_real() refuses NaN and infinities; a rate or a duration is never
+	 * either unless something went wrong, and then 0 says it best. */
+	if (!isfinite(value) || value == 0.0)
+		return json_real(0.0);
+	switch (kind) {
+	case API_SECONDS:
+		value = round_decimals(value, 9);
+		break;
+	case API_UNIX_SECONDS:
+		value = round_decimals(value, 3);
+		break;
+	case API_RATE:
+		value = round_decimals(value, 5 - (int)floor(log10(fabs(value))));
+		break;
+	}
+	return json_real(value);
 }
 
 static json_t *count_json(uint64_t value)
@@ -126,14 +150,14 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 			   "result", api_result_name(rep->result),
 			   "changed", changed,
 			   "state", state,
-			   "duration_s", real(rep->duration_s),
-			   "guard_wait_s", real(rep->guard_wait_s),
+			   "duration_s", api_number(rep->duration_s, API_SECONDS),
+			   "guard_wait_s", api_number(rep->guard_wait_s, API_SECONDS),
 			   "bytes_copied", count_json(rep->bytes_copied),
 			   "bytes_released", count_json(rep->bytes_released),
 			   "bytes_mapped", count_json(rep->bytes_mapped),
 			   "bytes_zeroed", count_json(rep->bytes_zeroed),
 			   "bytes_skipped", count_json(rep->bytes_skipped),
-			   "copy_gbps", real(rep->copy_gbps),
+			   "copy_gbps", api_number(rep->copy_gbps, API_RATE),
 			   "tags", tags);
 	if (!report)
 		return NULL;
@@ -154,14 +178,14 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 		return json_null();
 	o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 		      "result", api_result_name(t->result),
-		      "started_unix_s", real(t->started_unix_s),
-		      "duration_s", real(t->duration_s),
+		      "started_unix_s", api_number(t->started_unix_s, API_UNIX_SECONDS),
+		      "duration_s", api_number(t->duration_s, API_SECONDS),
 		      "bytes_copied", count_json(t->bytes_copied),
 		      "bytes_released", count_json(t->bytes_released),
 		      "bytes_mapped", count_json(t->bytes_mapped),
 		      "bytes_zeroed", count_json(t->bytes_zeroed),
 		      "bytes_skipped", count_json(t->bytes_skipped),
-		      "copy_gbps", real(t->copy_gbps));
+		      "copy_gbps", api_number(t->copy_gbps, API_RATE));
 	if (o && t->result < 0 &&
 	    json_object_set_new(o, "error", text(t->error, sizeof(t->error))) < 0) {
 		json_decref(o);

@@ -334,6 +334,11 @@ DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode);
 /* Parse "keep"/"discard"/"rebuild" into *ret. -EINVAL otherwise. */
 DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_policy *ret);
 
+/* The library's version, "MAJOR.MINOR.PATCH": the Meson project version it
+ * was built from (the same string as dormant.__version__, dormantd --version
+ * and the wheel). A constant string; never fails. */
+DORMANT_EXPORT const char *dormant_version(void);
+
 /* ---- Statistics ---------------------------------------------------------- */
 
 struct dormant_tag_stats {

@@ -38,10 +38,6 @@
 #define MAX_TIMEOUT_S 86400
 #define FAULTS_MAX 512 /* bytes of --fault rules, joined with commas */
 
-#ifndef DORMANT_VERSION
-#define DORMANT_VERSION "unknown"
-#endif
-
 struct config {
 	const char *listen;
 	const char *unix_path;
@@ -786,7 +782,7 @@ int main(int argc, char **argv)
 		return EXIT_SUCCESS;
 	}
 	if (r == FLAGS_VERSION) {
-		printf("dormantd %s\n", DORMANT_VERSION);
+		printf("dormantd %s\n", dormant_version()); /* the library's */
 		return EXIT_SUCCESS;
 	}
 	if (r < 0)

@@ -39,7 +39,38 @@ __all__ = [
     "AddressInUseError", "PermissionDeniedError", "UnsupportedError", "LibraryNotFoundError",
 ]
 
-__version__ = "0.1.0"
+def _version():
+    """The Meson project version, from one of: dormant/_version.py, written
+    when the package is built (meson install, pip); in a source tree
+    (PYTHONPATH=python), the project() line of its meson.build; else the
+    version of the libdormant that loads (dormant_version())."""
+    try:
+        from ._version import VERSION  # written by the build
+        return VERSION
+    except ImportError:
+        pass
+    import pathlib
+    import re
+    try:
+        text = (pathlib.Path(__file__).resolve().parent.parent.parent /
+                "meson.build").read_text(encoding="utf-8")
+        found = re.search(r"^project\('dormant',.*?\bversion: '([^']+)'", text, re.S | re.M)
+        if found:
+            return found.group(1)
+    except OSError:
+        pass
+    from . import _library
+    return _library.get().need("dormant_version", "dormant.__version__")().decode("ascii")
+
+
+def __getattr__(name):
+    # __version__ on first use: importing dormant reads no file and loads no
+    # library.
+    if name == "__version__":
+        version = _version()
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module 'dormant' has no attribute {name!r}")
 
 _default = None
 _default_options = {}

@@ -3,7 +3,8 @@
 
 The library is looked for, in this order:
   1. $DORMANT_LIB (a path to the .so; if set, nothing else is tried);
-  2. beside the package (dormant/libdormant.so, as a wheel would ship it);
+  2. beside the package (dormant/libdormant.so, as pip installs it: see
+     pyproject.toml and meson's -Dpython_bundle=true);
   3. the meson build folder of the source tree this package sits in
      (<repo>/build/libdormant.so);
   4. the library folder recorded at installation (dormant/_paths.py,
@@ -100,6 +101,7 @@ _PROTOTYPES = {
     "dormant_mark_unused": (c_int, [c_void_p, c_void_p, c_size_t]),
     "dormant_set_rebuild": (c_int, [c_void_p, c_char_p, REBUILD_FN, c_void_p]),
     "dormant_last_error": (c_char_p, []),
+    "dormant_version": (c_char_p, []),
     "dormant_step_enter": (c_int, [c_void_p, c_int]),
     "dormant_step_leave": (c_int, [c_void_p]),
     "dormant_hook_add": (c_int, [c_void_p, c_int, HOOK_FN, c_void_p]),

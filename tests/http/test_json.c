@@ -3,9 +3,12 @@
  * embedder's "extra" in /stats. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "client.h"
 #include "dormant-json.h"
 
@@ -222,4 +225,60 @@ Test(json, stats_extra)
 		http_response_free(&r);
 		fixture_stop(&f);
 	}
+}
+
+/* What a number becomes in the API's JSON (the text jansson prints). */
+static void expect_number(double value, enum api_number kind, const char *want)
+{
+	json_t *n = api_number(value, kind);
+	char *text;
+
+	cr_assert(n);
+	text = json_dumps(n, JSON_ENCODE_ANY | API_JSON_REAL);
+	cr_assert(text);
+	cr_expect_str_eq(text, want, "%.17g (kind %d) printed as %s, not %s", value, (int)kind,
+			 text, want);
+	free(text);
+	json_decref(n);
+}
+
+Test(json, numbers_without_float_noise)
+{
+	/* a float's 1.2e-7 seen as a double, and a sum that misses 0.3 */
+	expect_number((double)1.2e-7f, API_SECONDS, "1.2e-7");
+	expect_number(0.1 + 0.2, API_SECONDS, "0.3");
+	expect_number(0.002063251, API_SECONDS, "0.002063251");
+	expect_number(86400.5, API_SECONDS, "86400.5");
+	/* 9 significant digits made this 1.79612236e9: ten seconds off */
+	expect_number(1796122360.1234567, API_UNIX_SECONDS, "1796122360.123");
+	expect_number(0.652957931, API_RATE, "0.652958");
+	expect_number(12.3456789, API_RATE, "12.3457");
+	expect_number(12345678.9, API_RATE, "12345700.0");
+	expect_number(NAN, API_SECONDS, "0.0");
+	expect_number(INFINITY, API_RATE, "0.0");
+	expect_number(0.0, API_RATE, "0.0");
+}
+
+Test(json, started_unix_s_keeps_the_milliseconds)
+{
+	struct fixture_config config = { .no_server = true };
+	struct fixture f;
+	struct dormant_stats st;
+	char *text = NULL;
+	json_t *doc, *last;
+
+	fixture_start(&f, &config);
+	cr_assert_eq(dormant_transition_json(f.m, "sleep", NULL, &text), 0);
+	dormant_json_free(text);
+	cr_assert_eq(dormant_stats_get(f.m, &st), 0);
+	cr_assert_eq(dormant_stats_json(f.m, false, &text), 0);
+	doc = parse(text);
+	last = json_object_get(doc, "last_sleep");
+	cr_assert(json_is_real(json_object_get(last, "started_unix_s")), "%s", text);
+	cr_expect(fabs(json_real_value(json_object_get(last, "started_unix_s")) -
+		       st.last_sleep.started_unix_s) <= 0.0005,
+		  "started_unix_s %s, the manager's %.6f", text, st.last_sleep.started_unix_s);
+	json_decref(doc);
+	dormant_json_free(text);
+	fixture_stop(&f);
 }

@@ -117,3 +117,17 @@ def test_not_a_library(tmp_path):
     r = run_python(code, env)
     assert r.returncode == 0, r.stderr
     assert str(bogus) in r.stdout
+
+
+def test_version_is_the_meson_project_version():
+    # one place: meson.build's project version, through dormant_version() in
+    # a source tree (no _version.py there) and _version.py once built
+    import re
+    want = re.search(r"version: '([^']+)'", (REPO / "meson.build").read_text()).group(1)
+    r = run_python("import sys, dormant\n"
+                   "v = dormant.__version__\n"
+                   "assert 'torch' not in sys.modules\n"
+                   "print(v, dormant.Manager(backend='host')._lib.dormant_version().decode())\n",
+                   dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [want, want]
