@@ -41,12 +41,10 @@ itself over HTTP, checking that training goes on from the same bytes.
 """
 import argparse
 import dataclasses
-import json
 import math
 import os
 import pathlib
 import sys
-import urllib.request
 
 import torch
 import torch.nn as nn
@@ -57,6 +55,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
     import dormant
+import dormant.client  # noqa: E402 (standard library only)
 
 
 @dataclasses.dataclass
@@ -274,14 +273,6 @@ def deterministic():
     torch.backends.cudnn.allow_tf32 = False
 
 
-def post(url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json"} if data else {})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -301,6 +292,7 @@ def main():
     cfg = Config(d_model=args.d_model, n_layers=args.layers, d_ff=4 * args.d_model)
     trainer = Trainer(cfg, rebuild_weights=not args.keep_weights)
     server = dormant.serve(port=args.port, quiet=True)
+    itself = dormant.client.Client([server.url], timeout=600)  # over HTTP, as an orchestrator
     print(f"dormant serving {server.url} (try: curl -X POST {server.url}/sleep)")
     tags = {t["tag"]: t for t in dormant.stats()["tags"]}
     for name in trainer.tags.all():
@@ -314,14 +306,14 @@ def main():
         if args.sleep_every and (i + 1) % args.sleep_every == 0 and i + 1 < args.steps:
             before = trainer.snapshot()
             free0 = torch.cuda.mem_get_info()[0]
-            rep = post(server.url + "/sleep")
+            rep = itself.sleep()[0].body
             free1 = torch.cuda.mem_get_info()[0]
             print(f"  sleep: {rep['duration_s']:.3f} s, {rep['bytes_copied'] / 2**20:.1f} MiB "
                   f"to host ({rep.get('bytes_skipped', 0) / 2**20:.1f} MiB of free blocks "
                   f"skipped), {rep['bytes_released'] / 2**20:.1f} MiB released; "
                   f"GPU free +{(free1 - free0) / 2**20:.1f} MiB; "
                   f"host held {dormant.stats()['totals']['host_bytes'] / 2**20:.1f} MiB")
-            rep = post(server.url + "/wake")
+            rep = itself.wake()[0].body
             after = trainer.snapshot()
             same = all(torch.equal(a, b) for a, b in zip(
                 [before["param_data"], before["main_param"], *before["state"]],

@@ -6,12 +6,14 @@ each rollout phase and wakes for each train phase, over HTTP only.
 The trainer serves dormant's HTTP API and trains continuously, each step
 inside dormant.step(): a /sleep waits for the running step to end, and the
 next step waits for the /wake. It reports its progress in GET /stats under
-"extra". The orchestrator knows nothing of dormant but its HTTP API (urllib):
+"extra". The orchestrator reaches it over HTTP only, through dormant.client
+(standard library only; it never loads libdormant):
 
   repeat:  train phase: let the trainer do --steps-per-phase steps
            rollout:     POST /sleep  (the GPU is free for a rollout engine)
                         ... generate ...
-                        POST /wake   (retried while it answers 503)
+                        POST /wake   (the client retries it while it answers
+                                      503, honouring Retry-After)
 
 Run both in one process (the orchestrator on a thread):
   PYTHONPATH=python DORMANT_LIB=build/libdormant.so python3 examples/rl_loop.py
@@ -23,45 +25,33 @@ With torch and a GPU the trainer is examples/megatron_style.py's; --simulate
 (no torch needed), checking after every wake that its kept weights came back.
 """
 import argparse
-import json
 import pathlib
 import struct
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 MiB = 1 << 20
 
 
 # ---- the orchestrator: HTTP only ------------------------------------------
 
-def http(method, url, body=None, timeout=600):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read()), r.headers
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null"), e.headers
-
-
-def trainer_steps(url):
-    status, stats, _ = http("GET", url + "/stats")
-    if status != 200:
-        raise RuntimeError(f"GET /stats answered {status}: {stats}")
+def trainer_steps(trainer):
+    stats = trainer.stats()[0].body  # raises dormant.client.RankError on failure
     return stats.get("extra", {}).get("steps", 0), stats
 
 
 def orchestrate(url, cycles, steps_per_phase, rollout_s, log=print):
     """Alternate train and rollout phases; returns the number of cycles run."""
+    client = import_dormant_client()
+    # one rank here; a real job lists every rank's URL (or dns=, see
+    # docs/orchestrators.md). A wake that answers 503 is retried for a while.
+    trainer = client.Client([url], timeout=600, retries=60, max_delay=5)
     for cycle in range(1, cycles + 1):
-        start, _ = trainer_steps(url)
+        start, _ = trainer_steps(trainer)
         deadline = time.monotonic() + 600
         while True:
-            steps, stats = trainer_steps(url)
+            steps, stats = trainer_steps(trainer)
             if steps >= start + steps_per_phase:
                 break
             if time.monotonic() > deadline:
@@ -71,10 +61,8 @@ def orchestrate(url, cycles, steps_per_phase, rollout_s, log=print):
         log(f"[orchestrator] cycle {cycle}: train phase done, trainer at step {steps}"
             + (f", loss {loss:.4f}" if isinstance(loss, float) else ""))
 
-        status, rep, _ = http("POST", url + "/sleep")
-        if status != 200:
-            raise RuntimeError(f"/sleep answered {status}: {rep}")
-        _, stats = trainer_steps(url)
+        rep = trainer.sleep()[0].body
+        _, stats = trainer_steps(trainer)
         gpu = stats["devices"][0] if stats.get("devices") else {}
         log(f"[orchestrator] cycle {cycle}: rollout phase: /sleep took {rep['duration_s']:.3f} s "
             f"(waited {rep['guard_wait_s'] * 1e3:.1f} ms for the step), "
@@ -83,17 +71,10 @@ def orchestrate(url, cycles, steps_per_phase, rollout_s, log=print):
             f"device free {gpu.get('free_bytes', 0) / MiB:.0f} MiB")
         time.sleep(rollout_s)  # a rollout engine would generate here
 
-        for attempt in range(1, 61):
-            status, rep, headers = http("POST", url + "/wake")
-            if status == 200:
-                break
-            if status != 503:
-                raise RuntimeError(f"/wake answered {status}: {rep}")
-            delay = float(headers.get("Retry-After") or 1)
-            log(f"[orchestrator] /wake: 503 ({rep.get('detail')}); retrying in {delay:g} s")
-            time.sleep(delay)
-        else:
-            raise RuntimeError("the GPU memory never came back")
+        woken = trainer.wake()[0]
+        if woken.attempts > 1:
+            log(f"[orchestrator] /wake answered 503 {woken.attempts - 1} time(s) first")
+        rep = woken.body
         log(f"[orchestrator] cycle {cycle}: /wake took {rep['duration_s']:.3f} s, "
             f"{rep['bytes_mapped'] / MiB:.1f} MiB mapped, {rep['bytes_zeroed'] / MiB:.1f} MiB "
             f"of grads zero-filled")
@@ -101,6 +82,15 @@ def orchestrate(url, cycles, steps_per_phase, rollout_s, log=print):
 
 
 # ---- trainers ---------------------------------------------------------------
+
+def import_dormant_client():
+    try:
+        import dormant.client
+    except ImportError:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+        import dormant.client
+    return dormant.client
+
 
 def import_dormant():
     try:

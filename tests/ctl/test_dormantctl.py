@@ -7,13 +7,16 @@ import json
 import os
 import pty
 import subprocess
+import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
 from conftest import DORMANTCTL
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from dormant.client import Client  # noqa: E402
 
 MIB = 1 << 20
 # Quick retries: the tests never wait out a real backoff or Retry-After.
@@ -38,12 +41,9 @@ def ctl_json(*args, env=None):
     return p, doc
 
 
-def get_json(url, token=None):
-    req = urllib.request.Request(url)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.load(r)
+def get_stats(url, token=None):
+    """GET /stats of one server, through dormant.client."""
+    return Client([url], token=token, timeout=10, retries=0).stats()[0].body
 
 
 def by_endpoint(doc):
@@ -67,7 +67,7 @@ def test_all_succeed_through_sleep_and_wake(daemons):
     assert p.stderr == ""
 
     for d in ds:
-        stats = get_json(d.url + "/stats")
+        stats = get_stats(d.url)
         assert stats["state"] == "asleep"
         assert stats["totals"]["device_bytes"] == 0
 
@@ -91,7 +91,7 @@ def test_all_succeed_through_sleep_and_wake(daemons):
     assert p.returncode == 0
     for d in ds:
         r = by_endpoint(doc)[d.endpoint]
-        stats = get_json(d.url + "/stats")
+        stats = get_stats(d.url)
         assert r["state"] == "awake" == stats["state"]
         assert r["bytes"] == stats["totals"]["device_bytes"] == 16 * MIB
         assert r["host_bytes"] == stats["totals"]["host_bytes"]
@@ -110,7 +110,7 @@ def test_repeated_sleep_changes_nothing(daemons):
 
 def test_tags_sleep_only_those(daemons):
     (d,) = daemons(1)
-    tags = get_json(d.url + "/stats")["tags"]
+    tags = get_stats(d.url)["tags"]
     discard = next(t["tag"] for t in tags if t["policy"] == "discard")
     keep = next(t["tag"] for t in tags if t["policy"] == "keep")
 
@@ -122,7 +122,7 @@ def test_tags_sleep_only_those(daemons):
     assert [t["tag"] for t in r["response"]["tags"]] == [discard]
     assert r["bytes"] == 8 * MIB
 
-    states = {t["tag"]: t["state"] for t in get_json(d.url + "/stats")["tags"]}
+    states = {t["tag"]: t["state"] for t in get_stats(d.url)["tags"]}
     assert states[discard] == "asleep" and states[keep] == "awake"
 
     p, doc = ctl_json(*FAST, "-t", f"{discard},{keep}", "wake", d.endpoint)
@@ -174,7 +174,7 @@ def test_503_then_recovers(daemons):
     assert results[flaky.endpoint]["attempts"] == 3
     assert results[flaky.endpoint]["state"] == "awake"
     assert results[good.endpoint]["attempts"] == 1
-    stats = get_json(flaky.url + "/stats")
+    stats = get_stats(flaky.url)
     assert stats["state"] == "awake"
     assert stats["counters"]["wakes_failed"] == 2
 
@@ -190,7 +190,7 @@ def test_503_until_retries_run_out(daemons):
     assert r["attempts"] == 2 and "(2 attempts)" in r["error"]
     # the failed wake left the tags asleep with their host copies: retryable
     assert r["state"] == "asleep"
-    assert get_json(flaky.url + "/stats")["state"] == "asleep"
+    assert get_stats(flaky.url)["state"] == "asleep"
 
 
 def test_wrong_token(daemons, tmp_path):

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -16,6 +17,9 @@ import pytest
 import yaml
 
 from conftest import DEPLOY, KUBE, SOURCE_ROOT, load_kube, one, tool
+
+sys.path.insert(0, str(SOURCE_ROOT / "python"))
+from dormant.client import Client, RankError  # noqa: E402
 
 # dormantctl's commands and the route each asks (ctl/outcome.c).
 CTL_PATHS = {"health": "/healthz", "ready": "/readyz", "stats": "/stats",
@@ -282,15 +286,13 @@ def test_statefulset_dormantd_flags_are_real(trainer, tmp_path):
             time.sleep(0.02)
         url = f"http://127.0.0.1:{int(port_file.read_text())}"
         # probes open, transitions behind the token from the file
-        with urllib.request.urlopen(url + "/readyz", timeout=10) as r:
-            assert r.status == 200
-        req = urllib.request.Request(url + "/stats")
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req, timeout=10)
-        assert e.value.code == 401
-        req.add_header("Authorization", "Bearer s3cret")
-        with urllib.request.urlopen(req, timeout=10) as r:
-            assert json.load(r)["host_mode"] == option(c["args"], "--host-mode")
+        anonymous = Client([url], token=False, retries=0, timeout=10)
+        assert anonymous.ready()[0].ok
+        with pytest.raises(RankError) as e:
+            anonymous.stats()
+        assert e.value.failed[0].status == 401
+        stats, = Client([url], token_file=str(token), retries=0, timeout=10).stats()
+        assert stats.body["host_mode"] == option(c["args"], "--host-mode")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
@@ -446,14 +448,9 @@ def live_metrics(d):
 def test_live_metrics_pass_promtool_and_hold_what_we_use(daemon):
     d = daemon("--fail-wakes", "1")
     # a sleep, a failed wake and a good one: every series has appeared
-    for path, status in (("/sleep", 200), ("/wake", 503), ("/wake", 200)):
-        req = urllib.request.Request(d.url + path, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                code = r.status
-        except urllib.error.HTTPError as e:
-            code = e.code
-        assert code == status, path
+    rank = Client([d.url], token=False, retries=0, timeout=10, raise_on_error=False)
+    for action, status in (("sleep", 200), ("wake", 503), ("wake", 200)):
+        assert getattr(rank, action)()[0].status == status, action
     text = live_metrics(d)
     p = subprocess.run([tool("promtool"), "check", "metrics"], input=text, capture_output=True,
                        text=True, timeout=60)

@@ -5,15 +5,12 @@ capture-test and capture-local call cudaMalloc/cudaFree (the fake runtime's
 unless the shim takes them) and say PASS or FAIL; this file runs them under
 libdormant-preload.so, through tools/dormant-run, and runs Python under the
 shim to check that the package attaches to the shim's manager."""
-import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -22,6 +19,7 @@ sys.path.insert(0, str(REPO / "python"))
 
 import dormant  # noqa: E402
 from dormant import preload  # noqa: E402
+from dormant.client import Client  # noqa: E402
 
 SHIM = os.environ["DORMANT_TEST_PRELOAD_LIB"]
 CAPTURE = os.environ["DORMANT_TEST_CAPTURE"]
@@ -199,15 +197,13 @@ class Served:
         self.url = f"http://127.0.0.1:{int(self.port_file.read_text())}"
 
     def request(self, method, path, token=True):
-        req = urllib.request.Request(self.url + path, method=method, data=b"" if method ==
-                                     "POST" else None)
-        if token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, None
+        """(HTTP status, parsed answer or None on failure), through dormant.client."""
+        c = Client([self.url], token=self.token if token else False, retries=0,
+                   timeout=TIMEOUT_S, raise_on_error=False)
+        action = {("GET", "/stats"): c.stats, ("POST", "/sleep"): c.sleep,
+                  ("POST", "/wake"): c.wake}[(method, path)]
+        r, = action()
+        return r.status, r.body if r.ok else None
 
     def say(self, line):
         self.proc.stdin.write(line + "\n")

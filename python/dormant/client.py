@@ -1,0 +1,656 @@
+# SPDX-License-Identifier: MIT
+"""dormant.client: drive many dormant servers over HTTP from an orchestrator.
+
+    from dormant.client import Client, RankError
+    ranks = Client(["10.0.0.1:8787", "10.0.0.2:8787", "unix:/run/dormant.sock"])
+    ranks.sleep()                    # every rank, at most `concurrency` at once
+    ...rollout...
+    ranks.wake(["weights"])          # raises RankError naming every failed rank
+
+    async with AsyncClient(dns="trainer.ns.svc", ports="8787-8794") as ranks:
+        results = await ranks.stats()
+
+Calls: sleep(tags), wake(tags), stats(), health(), ready(). Standard
+library only; importing it does not load libdormant. The endpoint
+forms, the retry policy and the token sources are those of dormantctl
+(docs/operations.md): HOST[:PORT], [IPV6][:PORT], http://HOST:PORT,
+https://HOST:PORT, unix:/PATH (or a bare absolute socket path), and dns=NAME
+for every address a name resolves to (a Kubernetes headless Service) on each
+of `ports`. A 503 (honouring Retry-After) and a connection error are retried
+with doubling, jittered delays; a 409 is retried only after an attempt of
+the same request timed out once sent (the server may still be running it).
+
+Each call returns one RankResult per endpoint, in endpoint order. When any
+rank failed it raises RankError instead (pass raise_on_error=False to get
+the results alone), whose message names every failed rank.
+"""
+import asyncio
+import concurrent.futures
+import http.client
+import ipaddress
+import json
+import os
+import random
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+
+from .errors import DormantError
+
+__all__ = ["Client", "AsyncClient", "RankResult", "RankError", "parse_endpoints",
+           "DEFAULT_PORT"]
+
+DEFAULT_PORT = 8787
+TOKEN_MAX = 4096
+PROBLEM_PREFIX = "urn:dormant:problem:"
+_RESPONSE_MAX = 16 << 20  # bytes of one answer at most
+
+
+# ---- endpoints -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One server: `name` as reports show it (host:port or unix:/path)."""
+    name: str
+    scheme: str = "http"
+    host: str = ""
+    port: int = DEFAULT_PORT
+    unix_path: str = None
+
+
+def _parse_ports(spec):
+    """8787, "8787-8794", "8787,9000" or a list of ints -> list of ports."""
+    if spec is None:
+        return []
+    if isinstance(spec, int):
+        spec = [spec]
+    if isinstance(spec, str):
+        out = []
+        for part in spec.split(","):
+            first, dash, last = part.partition("-")
+            try:
+                lo = int(first)
+                hi = int(last) if dash else lo
+            except ValueError:
+                raise ValueError(f"bad port '{part}' (1 to 65535, or FIRST-LAST)") from None
+            if not (first.isdigit() and (not dash or last.isdigit())) or hi < lo:
+                raise ValueError(f"bad port '{part}' (1 to 65535, or FIRST-LAST)")
+            out.extend(range(lo, hi + 1))
+        spec = out
+    ports = []
+    for p in spec:
+        if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= 65535:
+            raise ValueError(f"bad port {p!r} (1 to 65535)")
+        if p in ports:
+            raise ValueError(f"port {p} listed twice")
+        ports.append(p)
+    return ports
+
+
+def _host_valid(host):
+    return (0 < len(host) <= 253 and host[0] not in "-." and
+            all(c.isascii() and (c.isalnum() or c in "-._") for c in host))
+
+
+def _parse_one(spec, ports):
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"bad endpoint {spec!r}: empty or not a string")
+    if spec.startswith("unix:") or spec.startswith("/"):
+        path = spec[5:] if spec.startswith("unix:") else spec
+        if not path or any(ord(c) < 32 or c == "\x7f" for c in path):
+            raise ValueError(f"'{spec}': empty socket path or a control character in it")
+        return [Endpoint(f"unix:{path}", "http", "localhost", 0, path)]
+    scheme, authority = "http", spec
+    if spec.startswith("http://"):
+        authority = spec[7:]
+    elif spec.startswith("https://"):
+        scheme, authority = "https", spec[8:]
+    elif "://" in spec:
+        raise ValueError(f"'{spec}': only http://, https:// and unix: endpoints")
+    if authority.endswith("/"):
+        authority = authority[:-1]
+    if any(c in authority for c in "/@?#"):
+        raise ValueError(f"'{spec}': an endpoint is host[:port], without path or user")
+    port = None
+    if authority.startswith("["):
+        host, close, rest = authority[1:].partition("]")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"'{spec}': bad IPv6 address") from None
+        host = f"[{host}]"
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"'{spec}': expected ':' after ']'")
+            port = rest[1:]
+    elif authority.count(":") > 1:
+        try:
+            ipaddress.IPv6Address(authority)
+        except ValueError:
+            raise ValueError(f"'{spec}': bad IPv6 address (write [ADDRESS]:PORT "
+                             "to give a port)") from None
+        host = f"[{authority}]"
+    else:
+        host, colon, port = authority.partition(":")
+        if not _host_valid(host):
+            raise ValueError(f"'{spec}': bad host name")
+        if not colon:
+            port = None
+    if port is not None:
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"'{spec}': bad port (1 to 65535)")
+        use = [int(port)]
+    else:
+        use = ports or [DEFAULT_PORT]
+    prefix = "https://" if scheme == "https" else ""
+    return [Endpoint(f"{prefix}{host}:{p}", scheme, host.strip("[]"), p) for p in use]
+
+
+def _resolve(name, family, ports):
+    if not _host_valid(name):
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            raise ValueError(f"dns '{name}': bad host name") from None
+    try:
+        infos = socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"dns {name}: {e.strerror}") from None
+    found = set()
+    for fam, _, _, _, addr in infos:
+        if fam in (socket.AF_INET, socket.AF_INET6):
+            found.add(ipaddress.ip_address(addr[0].split("%")[0]))
+    # as dormantctl: IPv4 first, then by address
+    ordered = sorted(found, key=lambda a: (a.version, int(a)))
+    out = []
+    for a in ordered:
+        host = str(a) if a.version == 4 else f"[{a}]"
+        for p in ports or [DEFAULT_PORT]:
+            out.append(Endpoint(f"{host}:{p}", "http", str(a), p))
+    return out
+
+
+def parse_endpoints(endpoints=None, *, dns=None, ports=None, family=None):
+    """The endpoint list a Client uses, duplicates dropped, in order given.
+
+    endpoints: one string or a list of them (the forms above); dns: a name
+    whose every address is an endpoint on each of `ports`; ports: for dns and
+    for endpoints written without one (default 8787); family: socket.AF_INET
+    or AF_INET6 to keep one family of dns addresses. Raises ValueError."""
+    ports = _parse_ports(ports)
+    if isinstance(endpoints, str):
+        endpoints = [endpoints]
+    out, seen = [], set()
+    found = []
+    for spec in endpoints or []:
+        found.extend(_parse_one(spec, ports))
+    if dns is not None:
+        found.extend(_resolve(dns, family or 0, ports))
+    for e in found:
+        if e.name not in seen:
+            seen.add(e.name)
+            out.append(e)
+    if not out:
+        raise ValueError("no endpoints (give endpoints or dns)")
+    return out
+
+
+# ---- tokens ----------------------------------------------------------------
+
+def _token_check(token, source):
+    if not token:
+        raise ValueError(f"{source}: the token is empty")
+    if len(token) > TOKEN_MAX:
+        raise ValueError(f"{source}: the token is longer than {TOKEN_MAX} bytes")
+    if any(not ("!" <= c <= "~") for c in token):
+        raise ValueError(f"{source}: the token has a blank or a character outside "
+                         "visible ASCII")
+    return token
+
+
+def _token_file(path, source):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(TOKEN_MAX + 1)
+    except OSError as e:
+        raise ValueError(f"{source} {path}: {e.strerror}") from None
+    return _token_check(raw.decode("ascii", "replace").rstrip(), str(path))
+
+
+def load_token(token=None, token_file=None, environ=None):
+    """token, else token_file, else $DORMANT_TOKEN, else the file named by
+    $DORMANT_TOKEN_FILE, else None (as dormantctl); token=False: none, whatever
+    the environment says. Raises ValueError."""
+    env = os.environ if environ is None else environ
+    if token is False:
+        return None
+    if token is not None:
+        return _token_check(token, "token")
+    if token_file is not None:
+        return _token_file(token_file, "token_file")
+    if env.get("DORMANT_TOKEN"):
+        return _token_check(env["DORMANT_TOKEN"], "DORMANT_TOKEN")
+    if env.get("DORMANT_TOKEN_FILE"):
+        return _token_file(env["DORMANT_TOKEN_FILE"], "DORMANT_TOKEN_FILE")
+    return None
+
+
+# ---- results ---------------------------------------------------------------
+
+@dataclass
+class RankResult:
+    """What one endpoint answered.
+
+    ok: it succeeded; status: the HTTP status (None: no answer); state: the
+    state it reported (asleep, awake, ... for sleep, wake and stats; ok for
+    health); bytes: bytes released (sleep), mapped (wake) or on the device
+    (stats); host_bytes: host bytes (stats); seconds: the transition's own
+    duration as the server measured it; changed: whether it changed a tag;
+    problem: the problem document (dict) of a failure, when there was one;
+    error: one line saying why it failed; body: the parsed answer; attempts:
+    requests sent; elapsed_s: time spent, retries included."""
+    endpoint: str
+    ok: bool = False
+    status: int = None
+    state: str = None
+    bytes: int = None
+    host_bytes: int = None
+    seconds: float = None
+    changed: bool = None
+    problem: dict = None
+    error: str = None
+    body: object = field(default=None, repr=False)
+    attempts: int = 0
+    elapsed_s: float = 0.0
+
+
+class RankError(DormantError):
+    """Some ranks failed. .failed: their RankResults; .results: all of them,
+    in endpoint order."""
+
+    def __init__(self, action, results):
+        self.action = action
+        self.results = list(results)
+        self.failed = [r for r in self.results if not r.ok]
+        lines = "; ".join(f"{r.endpoint}: {r.error}" for r in self.failed)
+        super().__init__(f"{action}: {len(self.failed)} of {len(self.results)} ranks "
+                         f"failed: {lines}")
+
+
+def _bytes_of(obj, key):
+    v = obj.get(key) if isinstance(obj, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _read_report(r, action, report):
+    if isinstance(report.get("state"), str):
+        r.state = report["state"]
+    if isinstance(report.get("changed"), bool):
+        r.changed = report["changed"]
+    d = report.get("duration_s")
+    if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0:
+        r.seconds = float(d)
+    r.bytes = _bytes_of(report, "bytes_released" if action == "sleep" else "bytes_mapped")
+
+
+def _fill(r, action, status, ctype, raw):
+    """Read one final answer into r (as dormantctl's outcome.c)."""
+    r.status = status
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    r.body = body
+    if status == 200:
+        if not isinstance(body, dict):
+            r.ok, r.error = False, "HTTP 200 but the body is not a JSON object"
+            return
+        r.ok = True
+        if action in ("sleep", "wake"):
+            _read_report(r, action, body)
+        elif action == "stats":
+            r.state = body.get("state") if isinstance(body.get("state"), str) else None
+            totals = body.get("totals") or {}
+            r.bytes = _bytes_of(totals, "device_bytes")
+            r.host_bytes = _bytes_of(totals, "host_bytes")
+            if body.get("healthy") is False:
+                r.ok = False
+                r.error = f"unhealthy: {body.get('health_error') or '(no reason given)'}"
+        else:
+            r.state = body.get("status") if isinstance(body.get("status"), str) else None
+        return
+    r.ok = False
+    doc = body if isinstance(body, dict) else None
+    r.problem = doc
+    kind = text = ""
+    if doc:
+        t = doc.get("type")
+        if isinstance(t, str) and t.startswith(PROBLEM_PREFIX):
+            kind = t[len(PROBLEM_PREFIX):]
+        if isinstance(doc.get("report"), dict):
+            _read_report(r, action, doc["report"])
+        text = doc.get("detail") or doc.get("title") or ""
+        text = text if isinstance(text, str) else ""
+    if kind and text:
+        r.error = f"HTTP {status} {kind}: {text}"
+    elif text or kind:
+        r.error = f"HTTP {status}: {text or kind}"
+    else:
+        r.error = f"HTTP {status} ({ctype or 'no content type'})"
+
+
+# ---- one attempt (blocking) --------------------------------------------------
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self._path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
+class _Retryable(Exception):
+    """A failure with no HTTP answer: connection-level ones are worth another
+    attempt (retry=True), an oversized answer is not."""
+
+    def __init__(self, message, sent, retry=True):
+        super().__init__(message)
+        self.sent = sent
+        self.retry = retry
+
+
+def _attempt(ep, method, path, body, headers, timeout, connect_timeout, ssl_context):
+    """One request; returns (status, headers, body bytes) or raises
+    _Retryable. Gives up when the server is silent for `timeout` seconds."""
+    if ep.unix_path:
+        conn = _UnixConnection(ep.unix_path, connect_timeout)
+    elif ep.scheme == "https":
+        conn = http.client.HTTPSConnection(ep.host, ep.port, timeout=connect_timeout,
+                                           context=ssl_context)
+    else:
+        conn = http.client.HTTPConnection(ep.host, ep.port, timeout=connect_timeout)
+    sent = False
+    try:
+        try:
+            conn.connect()
+        except (OSError, ssl.SSLError) as e:
+            raise _Retryable(f"cannot connect: {_why(e)}", False) from None
+        conn.sock.settimeout(timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            sent = True
+            resp = conn.getresponse()
+            data = resp.read(_RESPONSE_MAX + 1)
+        except (OSError, http.client.HTTPException) as e:
+            raise _Retryable(f"{'no answer' if sent else 'send failed'}: {_why(e)}",
+                             sent) from None
+        if len(data) > _RESPONSE_MAX:
+            raise _Retryable(f"answer longer than {_RESPONSE_MAX} bytes", True, retry=False)
+        return resp.status, resp.headers, data
+    finally:
+        conn.close()
+
+
+def _why(e):
+    if isinstance(e, socket.timeout) or isinstance(e, TimeoutError):
+        return "timed out"
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def _retry_after(headers):
+    v = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(v)) if v is not None else -1.0
+    except ValueError:
+        return -1.0
+
+
+class _Common:
+    def __init__(self, endpoints=None, *, dns=None, ports=None, family=None, token=None,
+                 token_file=None, concurrency=64, timeout=120.0, connect_timeout=5.0,
+                 retries=4, backoff=0.5, max_delay=30.0, ssl_context=None,
+                 raise_on_error=True):
+        """endpoints, dns, ports, family: see parse_endpoints(). token: the
+        bearer token (else token_file, $DORMANT_TOKEN, $DORMANT_TOKEN_FILE).
+        concurrency: requests in flight at most. timeout: seconds one attempt
+        may wait on a silent server; connect_timeout: for the connection.
+        retries: attempts after the first on a 503 or a connection error;
+        backoff: the first delay, doubled each retry, with jitter, at least
+        the server's Retry-After; max_delay: the cap of any one delay.
+        raise_on_error: raise RankError when a rank failed (else only
+        return the results). Bad arguments raise ValueError."""
+        self.endpoints = parse_endpoints(endpoints, dns=dns, ports=ports, family=family)
+        self._token = load_token(token, token_file)
+        for name, v, lo in (("concurrency", concurrency, 1), ("retries", retries, 0)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer of at least {lo}")
+        for name, v in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name} must be a number of seconds above 0")
+        for name, v in (("backoff", backoff), ("max_delay", max_delay)):
+            if not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{name} must be a number of seconds, 0 or more")
+        self.concurrency = concurrency
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.retries = retries
+        self.backoff = float(backoff)
+        self.max_delay = float(max_delay)
+        self.ssl_context = ssl_context
+        self.raise_on_error = raise_on_error
+        self._random = random.Random()
+
+    # how a retry waits (tests replace them to see the delays)
+    _sleep = staticmethod(time.sleep)
+    _async_sleep = staticmethod(asyncio.sleep)
+
+    def __repr__(self):
+        names = ", ".join(e.name for e in self.endpoints[:4])
+        more = f", ... ({len(self.endpoints)} in all)" if len(self.endpoints) > 4 else ""
+        return f"<{type(self).__name__} {names}{more}>"
+
+    def delay_s(self, attempt, retry_after_s):
+        """The wait before retry number `attempt` (1, 2, ...), as dormantctl."""
+        r = self._random.random()
+        delay = self.backoff
+        for _ in range(1, attempt):
+            if delay >= self.max_delay:
+                break
+            delay *= 2
+        delay *= 0.5 + 0.5 * r  # equal jitter
+        if retry_after_s >= 0 and delay < retry_after_s:
+            delay = retry_after_s * (1 + 0.2 * r)
+        return min(delay, self.max_delay)
+
+    @staticmethod
+    def _request(action, tags):
+        if action in ("sleep", "wake"):
+            if tags is not None:
+                if isinstance(tags, str):
+                    tags = [t for t in tags.split(",") if t]
+                tags = list(tags)
+                if not all(isinstance(t, str) and t for t in tags):
+                    raise ValueError("tags must be non-empty strings")
+            body = json.dumps({"tags": tags}).encode() if tags is not None else b""
+            return "POST", f"/{action}", body
+        return "GET", {"stats": "/stats", "health": "/healthz", "ready": "/readyz"}[action], None
+
+    def _headers(self, body):
+        h = {"Accept": "application/json", "Connection": "close"}
+        if body:
+            h["Content-Type"] = "application/json"
+        if self._token:
+            h["Authorization"] = f"Bearer {self._token}"
+        return h
+
+    def _one(self, ep, request):
+        """Generator of the retry loop: yields ('attempt', None) to have one
+        attempt run (sent back: its outcome) and ('wait', seconds)."""
+        method, path, body = request
+        headers = self._headers(body)
+        r = RankResult(ep.name)
+        start = time.monotonic()
+        sent_unanswered = False
+        while True:
+            r.attempts += 1
+            outcome = yield ("attempt", (ep, method, path, body, headers))
+            may_retry = r.attempts <= self.retries
+            if isinstance(outcome, _Retryable):
+                r.status, r.ok, r.error = None, False, str(outcome)
+                sent_unanswered |= outcome.sent
+                if may_retry and outcome.retry:
+                    yield ("wait", self.delay_s(r.attempts, -1))
+                    continue
+                break
+            status, hdrs, data = outcome
+            _fill(r, path_action(path), status, hdrs.get("Content-Type"), data)
+            if not r.ok and may_retry and (status == 503 or
+                                           (status == 409 and sent_unanswered)):
+                yield ("wait", self.delay_s(r.attempts, _retry_after(hdrs)))
+                continue
+            break
+        if not r.ok and r.attempts > 1:
+            r.error += f" (after {r.attempts} attempts)"
+        r.elapsed_s = time.monotonic() - start
+        return r
+
+    def _finish(self, action, results):
+        if self.raise_on_error and not all(r.ok for r in results):
+            raise RankError(action, results)
+        return results
+
+    def _run_blocking(self, ep, request):
+        gen = self._one(ep, request)
+        sent = None
+        try:
+            while True:
+                kind, arg = gen.send(sent)
+                if kind == "wait":
+                    self._sleep(arg)
+                    sent = None
+                else:
+                    try:
+                        sent = _attempt(*arg, self.timeout, self.connect_timeout,
+                                        self.ssl_context)
+                    except _Retryable as e:
+                        sent = e
+        except StopIteration as stop:
+            return stop.value
+
+
+def path_action(path):
+    return {"/sleep": "sleep", "/wake": "wake", "/stats": "stats"}.get(path, "health")  # or ready
+
+
+class Client(_Common):
+    """Blocking client over many endpoints (threads, `concurrency` at once).
+    See the module and _Common.__init__ for the arguments."""
+
+    def _call(self, action, tags=None):
+        request = self._request(action, tags)
+        workers = min(self.concurrency, len(self.endpoints))
+        with concurrent.futures.ThreadPoolExecutor(workers, "dormant-client") as pool:
+            results = list(pool.map(lambda ep: self._run_blocking(ep, request),
+                                    self.endpoints))
+        return self._finish(action, results)
+
+    def sleep(self, tags=None):
+        """POST /sleep on every rank (tags: a list, or None for every tag)."""
+        return self._call("sleep", tags)
+
+    def wake(self, tags=None):
+        """POST /wake on every rank (tags: a list, or None for every tag)."""
+        return self._call("wake", tags)
+
+    def stats(self):
+        """GET /stats on every rank; an unhealthy rank counts as failed."""
+        return self._call("stats")
+
+    def health(self):
+        """GET /healthz on every rank."""
+        return self._call("health")
+
+    def ready(self):
+        """GET /readyz on every rank (a 503 not-ready is retried as any 503)."""
+        return self._call("ready")
+
+    def close(self):
+        """Nothing to release (no connection outlives a request)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class AsyncClient(_Common):
+    """asyncio client: the same calls as Client, as coroutines. Retry waits
+    are asyncio sleeps; each attempt runs in a worker thread (at most
+    `concurrency` at once), so a slow rank never blocks the event loop."""
+
+    async def _run_async(self, ep, request, limit):
+        gen = self._one(ep, request)
+        sent = None
+        try:
+            while True:
+                kind, arg = gen.send(sent)
+                if kind == "wait":
+                    await self._async_sleep(arg)
+                    sent = None
+                    continue
+                async with limit:
+                    try:
+                        sent = await asyncio.to_thread(_attempt, *arg, self.timeout,
+                                                       self.connect_timeout,
+                                                       self.ssl_context)
+                    except _Retryable as e:
+                        sent = e
+        except StopIteration as stop:
+            return stop.value
+
+    async def _call(self, action, tags=None):
+        request = self._request(action, tags)
+        limit = asyncio.Semaphore(self.concurrency)
+        results = await asyncio.gather(*(self._run_async(ep, request, limit)
+                                         for ep in self.endpoints))
+        return self._finish(action, list(results))
+
+    async def sleep(self, tags=None):
+        """POST /sleep on every rank."""
+        return await self._call("sleep", tags)
+
+    async def wake(self, tags=None):
+        """POST /wake on every rank."""
+        return await self._call("wake", tags)
+
+    async def stats(self):
+        """GET /stats on every rank; an unhealthy rank counts as failed."""
+        return await self._call("stats")
+
+    async def health(self):
+        """GET /healthz on every rank."""
+        return await self._call("health")
+
+    async def ready(self):
+        """GET /readyz on every rank."""
+        return await self._call("ready")
+
+    async def aclose(self):
+        """Nothing to release (no connection outlives a request)."""
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
