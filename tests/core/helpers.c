@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -147,4 +148,24 @@ uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
 		usleep(10000);
 	}
 	return got;
+}
+
+void expect_all(struct dormant *m, enum dormant_state state)
+{
+	struct dormant_stats *s = stats(m);
+
+	for (size_t i = 0; i < s->tag_count; i++)
+		cr_expect_eq(s->tags[i].state, state, "tag %s is %s", s->tags[i].tag,
+			     dormant_state_name(s->tags[i].state));
+}
+
+long rss_bytes(void)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
+	fclose(f);
+	return resident * sysconf(_SC_PAGESIZE);
 }

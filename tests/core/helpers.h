@@ -40,6 +40,10 @@ bool holds(struct dormant *m, const void *dev, size_t size, uint64_t seed);
 /* A snapshot of m's stats, in storage of the calling thread's own. */
 struct dormant_stats *stats(struct dormant *m);
 const struct dormant_tag_stats *tag_stats(const struct dormant_stats *s, const char *tag);
+/* Every tag of m is in state (one expectation per tag). */
+void expect_all(struct dormant *m, enum dormant_state state);
+/* The process's resident set, in bytes (/proc/self/statm). */
+long rss_bytes(void);
 /* Host backend: each simulated device's used bytes are what the manager has
  * mapped (nothing leaked). CUDA: other users share the device; no check. */
 void expect_no_device_leak(struct dormant *m);

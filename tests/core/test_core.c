@@ -198,17 +198,6 @@ Test(basics, memory_is_really_released)
 	dormant_destroy(m);
 }
 
-static long rss_bytes(void)
-{
-	long pages = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	cr_assert_not_null(f);
-	cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
-	fclose(f);
-	return resident * sysconf(_SC_PAGESIZE);
-}
-
 Test(basics, host_backend_returns_pages_to_the_os)
 {
 	struct dormant *m = manager();
@@ -435,15 +424,6 @@ static void scene_expect_intact(struct scene *s)
 {
 	cr_expect(holds(s->m, s->w, W_SIZE, 11), "weights lost");
 	cr_expect(holds(s->m, s->w2, W2_SIZE, 12), "optimizer state lost");
-}
-
-static void expect_all(struct dormant *m, enum dormant_state state)
-{
-	struct dormant_stats *s = stats(m);
-
-	for (size_t i = 0; i < s->tag_count; i++)
-		cr_expect_eq(s->tags[i].state, state, "tag %s is %s", s->tags[i].tag,
-			     dormant_state_name(s->tags[i].state));
 }
 
 static const enum dormant_fault_op chaos_ops[] = {

@@ -45,26 +45,6 @@ static void *alloc_on(struct dormant *m, const char *tag, size_t size, int devic
 	return p;
 }
 
-static void expect_all(struct dormant *m, enum dormant_state state)
-{
-	struct dormant_stats *s = stats(m);
-
-	for (size_t i = 0; i < s->tag_count; i++)
-		cr_expect_eq(s->tags[i].state, state, "tag %s is %s", s->tags[i].tag,
-			     dormant_state_name(s->tags[i].state));
-}
-
-static long rss_bytes(void)
-{
-	long pages = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	cr_assert_not_null(f);
-	cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
-	fclose(f);
-	return resident * sysconf(_SC_PAGESIZE);
-}
-
 /* ---- release mode gives host memory back --------------------------------- */
 
 /*

@@ -831,15 +831,6 @@ static void live_expect_cycled(struct live_scene *s)
 	cr_expect(holds(s->m, s->grads, 3 * MiB, 0), "grads");
 }
 
-static void expect_every_tag(struct dormant *m, enum dormant_state state)
-{
-	struct dormant_stats *st = stats(m);
-
-	for (size_t i = 0; i < st->tag_count; i++)
-		cr_expect_eq(st->tags[i].state, state, "tag %s is %s", st->tags[i].tag,
-			     dormant_state_name(st->tags[i].state));
-}
-
 static const enum dormant_fault_op live_ops[] = {
 	DORMANT_FAULT_CREATE, DORMANT_FAULT_MAP, DORMANT_FAULT_COPY, DORMANT_FAULT_HOST_ALLOC,
 };
@@ -872,7 +863,7 @@ static void live_chaos_sleep(enum dormant_host_mode mode)
 			}
 			failures++;
 			cr_expect_eq(r, -EIO, "op %d, n %u: %s", live_ops[o], n, rep.error);
-			expect_every_tag(s.m, DORMANT_AWAKE);
+			expect_all(s.m, DORMANT_AWAKE);
 			cr_expect(stats(s.m)->healthy);
 			live_expect_unmarked_intact(&s);
 			cr_expect(holds(s.m, s.weights, MASTER_SIZE, 301), "op %d, n %u: rebuild tag",
@@ -944,7 +935,7 @@ static void live_chaos_wake(enum dormant_host_mode mode, int error)
 			}
 			failures++;
 			cr_expect_eq(r, error, "op %d, n %u: %s", live_ops[o], n, rep.error);
-			expect_every_tag(s.m, DORMANT_ASLEEP);
+			expect_all(s.m, DORMANT_ASLEEP);
 			cr_expect_eq(s.calls, 0, "no callback before the kept tags are back");
 			cr_expect_eq(stats(s.m)->device_bytes, 0, "a failed wake gives back its maps");
 			cr_expect_geq(tag_stats(stats(s.m), "opt")->host_bytes, OPT_SIZE - 22 * MiB);
