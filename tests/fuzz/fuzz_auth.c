@@ -16,21 +16,10 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "auth.h"
 
-#define CHECK(cond)                                                              \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "fuzz_auth: %s:%d: check failed: %s\n", \
-				__FILE__, __LINE__, #cond);                      \
-			abort();                                                 \
-		}                                                                \
-	} while (0)
-
 static char token_path[] = "/tmp/fuzz-auth.XXXXXX";
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 static void cleanup(void)
 {

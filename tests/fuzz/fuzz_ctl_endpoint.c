@@ -15,23 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "endpoint.h"
-
-#define CHECK(cond)                                                                      \
-	do {                                                                             \
-		if (!(cond)) {                                                           \
-			fprintf(stderr, "fuzz_ctl_endpoint: %s:%d: check failed: %s\n", \
-				__FILE__, __LINE__, #cond);                              \
-			abort();                                                         \
-		}                                                                        \
-	} while (0)
 
 #define PORTS_MAX 64
 
 static char file_path[] = "/tmp/fuzz-ctl-endpoint.XXXXXX";
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 static void cleanup(void)
 {

@@ -12,24 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_common.h"
 #include "endpoint.h"
 #include "outcome.h"
 #include "report.h"
 
-#define CHECK(cond)                                                                      \
-	do {                                                                             \
-		if (!(cond)) {                                                           \
-			fprintf(stderr, "fuzz_ctl_response: %s:%d: check failed: %s\n", \
-				__FILE__, __LINE__, #cond);                              \
-			abort();                                                         \
-		}                                                                        \
-	} while (0)
-
 static struct ctl_endpoints endpoints;
 static FILE *sink;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

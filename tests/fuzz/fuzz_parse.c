@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "util.h"
 
 /* dormantctl's own parsers are static in its main file: take them whole. */
@@ -26,19 +27,7 @@ int dormantctl_main(int argc, char **argv);
 #include "dormantctl.c"
 #undef main
 
-#define CHECK(cond)                                                               \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			fprintf(stderr, "fuzz_parse: %s:%d: check failed: %s\n", \
-				__FILE__, __LINE__, #cond);                       \
-			abort();                                                  \
-		}                                                                 \
-	} while (0)
-
 static int null_fd = -1, saved_stderr = -1;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

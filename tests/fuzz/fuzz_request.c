@@ -24,56 +24,20 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "api.h"
 #include "auth.h"
 #include "dormant.h"
 #include "routes.h"
 
 #define TOKEN "s3cret"
-#define TAG_BYTES ((size_t)1 << 20)
 #define LINE_MAX_BYTES 8192
 
 static struct dormant *manager;
-static void *weights;
-static unsigned char *pattern;
-
-#define CHECK(cond)                                                                 \
-	do {                                                                        \
-		if (!(cond)) {                                                      \
-			fprintf(stderr, "fuzz_request: %s:%d: check failed: %s\n", \
-				__FILE__, __LINE__, #cond);                         \
-			abort();                                                    \
-		}                                                                   \
-	} while (0)
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	struct dormant_options o = {
-		.backend = "host",
-		.host_mode = DORMANT_HOST_RELEASE,
-		.chunk_bytes = TAG_BYTES,
-		.guard_timeout_ms = 10,
-		.copy_threads = 1,
-		.host_devices = 1,
-		.host_device_bytes = 16 * TAG_BYTES,
-	};
-	void *grads;
-
-	if (dormant_new(&o, &manager) < 0 ||
-	    dormant_set_policy(manager, "grads", DORMANT_DISCARD) < 0 ||
-	    dormant_alloc(manager, "weights", TAG_BYTES, &weights) < 0 ||
-	    dormant_alloc(manager, "grads", TAG_BYTES, &grads) < 0) {
-		fprintf(stderr, "fuzz_request: setup: %s\n", dormant_last_error());
-		abort();
-	}
-	pattern = malloc(TAG_BYTES);
-	CHECK(pattern);
-	for (size_t i = 0; i < TAG_BYTES; i++)
-		pattern[i] = (unsigned char)(i * 131 + 7);
-	CHECK(dormant_copy_to_device(manager, weights, pattern, TAG_BYTES) == 0);
+	manager = fuzz_scene_new();
 	return 0;
 }
 
@@ -238,28 +202,6 @@ static void serve(const char *method, const char *target, const char *content_ty
 	free(path);
 }
 
-/* Every tag awake again, and the weights hold their pattern: checked after a
- * wake that did something, and every 256 inputs anyway. */
-static void check_intact(void)
-{
-	static unsigned inputs;
-	struct dormant_report rep;
-	unsigned char *back;
-	int r;
-
-	/* a transition the client gave up on may still run: wait for it */
-	for (int i = 0; (r = dormant_wake(manager, NULL, &rep)) == -EBUSY && i < 5000; i++)
-		usleep(1000);
-	CHECK(r == 0);
-	if (rep.bytes_mapped == 0 && ++inputs % 256 != 0)
-		return;
-	back = malloc(TAG_BYTES);
-	CHECK(back);
-	CHECK(dormant_copy_to_host(manager, back, weights, TAG_BYTES) == 0);
-	CHECK(memcmp(back, pattern, TAG_BYTES) == 0);
-	free(back);
-}
-
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	const char *p = (const char *)data, *end = p + size;
@@ -299,7 +241,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	serve(method, target, content_type, authorization, p, (size_t)(end - p));
 
 	/* Whatever the request did, a wake brings everything back intact. */
-	check_intact();
+	fuzz_scene_check(manager);
 	free(request_line);
 	free(content_type);
 	free(authorization);

@@ -19,10 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "dormant-server.h"
 #include "dormant.h"
 
-#define TAG_BYTES ((size_t)1 << 20)
 /* How long one input may keep its connection: a request the server waits
  * to complete is cut here (the server's own timeout, 1 s, frees its slot). */
 #define EXCHANGE_MS 100
@@ -31,20 +31,6 @@ static struct dormant *manager;
 static struct dormant_server *servers[2];
 static struct sockaddr_un addrs[2];
 static char folder[] = "/tmp/fuzz-server.XXXXXX";
-static void *weights;
-static unsigned char *pattern;
-
-#define CHECK(cond)                                                                \
-	do {                                                                       \
-		if (!(cond)) {                                                     \
-			fprintf(stderr, "fuzz_server: %s:%d: check failed: %s\n", \
-				__FILE__, __LINE__, #cond);                        \
-			abort();                                                   \
-		}                                                                  \
-	} while (0)
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 static void cleanup(void)
 {
@@ -56,30 +42,8 @@ static void cleanup(void)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	struct dormant_options o = {
-		.backend = "host",
-		.host_mode = DORMANT_HOST_RELEASE,
-		.chunk_bytes = TAG_BYTES,
-		.guard_timeout_ms = 10,
-		.copy_threads = 1,
-		.host_devices = 1,
-		.host_device_bytes = 16 * TAG_BYTES,
-	};
-	void *grads;
-
 	CHECK(mkdtemp(folder));
-	if (dormant_new(&o, &manager) < 0 ||
-	    dormant_set_policy(manager, "grads", DORMANT_DISCARD) < 0 ||
-	    dormant_alloc(manager, "weights", TAG_BYTES, &weights) < 0 ||
-	    dormant_alloc(manager, "grads", TAG_BYTES, &grads) < 0) {
-		fprintf(stderr, "fuzz_server: setup: %s\n", dormant_last_error());
-		abort();
-	}
-	pattern = malloc(TAG_BYTES);
-	CHECK(pattern);
-	for (size_t i = 0; i < TAG_BYTES; i++)
-		pattern[i] = (unsigned char)(i * 131 + 7);
-	CHECK(dormant_copy_to_device(manager, weights, pattern, TAG_BYTES) == 0);
+	manager = fuzz_scene_new();
 	for (int i = 0; i < 2; i++) {
 		char path[64];
 		struct dormant_server_options so = {
@@ -161,28 +125,6 @@ static size_t exchange(int which, const unsigned char *data, size_t size, char *
 	return got;
 }
 
-/* Every tag awake again, and the weights hold their pattern: checked after a
- * wake that did something, and every 256 inputs anyway. */
-static void check_intact(void)
-{
-	static unsigned inputs;
-	struct dormant_report rep;
-	unsigned char *back;
-	int r;
-
-	/* a transition the client gave up on may still run: wait for it */
-	for (int i = 0; (r = dormant_wake(manager, NULL, &rep)) == -EBUSY && i < 5000; i++)
-		usleep(1000);
-	CHECK(r == 0);
-	if (rep.bytes_mapped == 0 && ++inputs % 256 != 0)
-		return;
-	back = malloc(TAG_BYTES);
-	CHECK(back);
-	CHECK(dormant_copy_to_host(manager, back, weights, TAG_BYTES) == 0);
-	CHECK(memcmp(back, pattern, TAG_BYTES) == 0);
-	free(back);
-}
-
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	char answer[16];
@@ -195,6 +137,6 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		fprintf(stderr, "fuzz_server: answer is not HTTP/1.x: %.*s\n", (int)got, answer);
 		abort();
 	}
-	check_intact();
+	fuzz_scene_check(manager);
 	return 0;
 }
