@@ -11,15 +11,11 @@
  * on_request() is called once more to send the answer when it resumes.
  * on_completed() writes the access log line and frees the request.
  *
- * Staying reachable (every connection is tracked, struct conn): a client
- * that holds max_connections_per_ip connections, or a new connection over
- * max_connections, makes the connection that has waited longest for a
- * request close (shutdown() of its socket; libmicrohttpd then sees the end
- * and closes it); a connection that has not delivered a whole request
- * request_timeout_s after it opened or was last answered is closed the same
- * way by the watchdog thread. Connections whose request is being answered
- * are never closed so. Query strings with more parameters than the api
- * takes are cut before libmicrohttpd parses them (see on_uri()).
+ * Staying reachable: every connection is in the connection table
+ * (conns.c: the limits that make room, the request deadline, the watchdog),
+ * and a connection whose request is being answered is never closed by it.
+ * Query strings with more parameters than the api takes are cut before
+ * libmicrohttpd parses them (see on_uri()).
  *
  * Stopping: the listening socket is closed first, new requests on open
  * connections get 503, requests inside a handler (a sleep or wake) run to
@@ -46,6 +42,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "conns.h"
 #include "dormant-server.h"
 #include "faults.h"
 #include "routes.h"
@@ -60,8 +57,6 @@
 #define DEFAULT_TIMEOUT_S 30
 #define DEFAULT_REQUEST_TIMEOUT_S 10
 #define MAX_TIMEOUT_S 86400
-/* How often the watchdog looks for connections past request_timeout_s. */
-#define WATCHDOG_PERIOD_S 0.25
 /* How long stop waits for responses already answered to be sent. */
 #define STOP_FLUSH_S 2.0
 /* Longest path kept for the access log. */
@@ -86,17 +81,7 @@ struct dormant_server {
 	int listen_fd;       /* ours until the daemon runs, and again once quiesced */
 	struct fault_switch faults;
 
-	/* every open connection; conn_lock guards the list, the fields of each
-	 * conn, and the watchdog's stop flag */
-	pthread_mutex_t conn_lock;
-	pthread_cond_t watchdog_cond;
-	struct conn *conns;
-	unsigned conn_count;       /* in the list and not closing */
-	unsigned max_connections;
-	unsigned max_per_ip;
-	double request_timeout_s;
-	pthread_t watchdog;
-	bool watchdog_stop;
+	struct conn_table conns; /* every open connection, the limits, the watchdog */
 
 	/* messages libmicrohttpd logs while starting; later ones are dropped */
 	atomic_bool starting;
@@ -118,22 +103,6 @@ struct params {
 	struct api_param items[API_PARAMS_MAX];
 	size_t count;
 	bool overflow;
-};
-
-/* A client's address without its port: what max_connections_per_ip counts. */
-struct client_key {
-	int family;
-	unsigned char addr[16];
-};
-
-/* An open connection (libmicrohttpd's socket context). */
-struct conn {
-	struct conn *prev, *next;
-	MHD_socket fd;
-	struct client_key client;
-	double waiting_since_s; /* opened, or its last answer completed */
-	bool busy;              /* its request is being answered */
-	bool closing;           /* shut down by us, libmicrohttpd closes it */
 };
 
 struct request {
@@ -228,131 +197,25 @@ static enum MHD_Result send_problem(struct MHD_Connection *connection, struct re
 
 /* ---- connections --------------------------------------------------------- */
 
-static void client_key_of(const struct sockaddr *addr, struct client_key *key)
-{
-	memset(key, 0, sizeof(*key));
-	if (!addr)
-		return;
-	key->family = addr->sa_family;
-	if (addr->sa_family == AF_INET) {
-		memcpy(key->addr, &((const struct sockaddr_in *)addr)->sin_addr, 4);
-	} else if (addr->sa_family == AF_INET6) {
-		const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
-
-		/* ::ffff:a.b.c.d is the IPv4 client a.b.c.d */
-		if (IN6_IS_ADDR_V4MAPPED(a6)) {
-			key->family = AF_INET;
-			memcpy(key->addr, &a6->s6_addr[12], 4);
-		} else {
-			memcpy(key->addr, a6, 16);
-		}
-	}
-	/* AF_UNIX: every client is the same one */
-}
-
-/* Close c from outside libmicrohttpd: it sees the end of the stream at its
- * next poll and closes the connection itself. conn_lock held. */
-static void conn_shut(struct dormant_server *s, struct conn *c)
-{
-	if (c->closing)
-		return;
-	c->closing = true;
-	s->conn_count--;
-	shutdown(c->fd, SHUT_RDWR);
-}
-
-/* The connection that has waited longest for a request, among those of
- * client (NULL: any), other than skip; NULL if all are busy. conn_lock held. */
-static struct conn *conn_oldest_waiting(struct dormant_server *s, const struct client_key *client,
-					const struct conn *skip)
-{
-	struct conn *oldest = NULL;
-
-	for (struct conn *c = s->conns; c; c = c->next) {
-		if (c == skip || c->busy || c->closing)
-			continue;
-		if (client && memcmp(&c->client, client, sizeof(*client)) != 0)
-			continue;
-		if (!oldest || c->waiting_since_s < oldest->waiting_since_s)
-			oldest = c;
-	}
-	return oldest;
-}
-
-/* A new connection: count it, and make room under the limits. */
-static void conn_started(struct dormant_server *s, struct MHD_Connection *connection,
-			 void **socket_context)
-{
-	const union MHD_ConnectionInfo *fd_info =
-		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-	const union MHD_ConnectionInfo *addr_info =
-		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	struct conn *c = calloc(1, sizeof(*c));
-	unsigned same_client = 0;
-
-	*socket_context = c;
-	if (!c || !fd_info)
-		return; /* untracked: libmicrohttpd's own limit still holds */
-	c->fd = fd_info->connect_fd;
-	client_key_of(addr_info ? addr_info->client_addr : NULL, &c->client);
-	c->waiting_since_s = now_monotonic_s();
-
-	pthread_mutex_lock(&s->conn_lock);
-	for (struct conn *o = s->conns; o; o = o->next)
-		if (!o->closing && memcmp(&o->client, &c->client, sizeof(c->client)) == 0)
-			same_client++;
-	c->next = s->conns;
-	if (s->conns)
-		s->conns->prev = c;
-	s->conns = c;
-	s->conn_count++;
-	/* This client over its share: one of its own connections makes room
-	 * (the new one itself when all the others are being answered). */
-	if (same_client + 1 > s->max_per_ip) {
-		struct conn *victim = conn_oldest_waiting(s, &c->client, c);
-
-		conn_shut(s, victim ? victim : c);
-	}
-	/* Over the limit of all: anyone's, oldest first. */
-	if (!c->closing && s->conn_count > s->max_connections) {
-		struct conn *victim = conn_oldest_waiting(s, NULL, c);
-
-		conn_shut(s, victim ? victim : c);
-	}
-	pthread_mutex_unlock(&s->conn_lock);
-}
-
-static void conn_closed(struct dormant_server *s, void **socket_context)
-{
-	struct conn *c = *socket_context;
-
-	if (!c)
-		return;
-	*socket_context = NULL;
-	pthread_mutex_lock(&s->conn_lock);
-	if (c->prev || s->conns == c) {
-		if (c->prev)
-			c->prev->next = c->next;
-		else
-			s->conns = c->next;
-		if (c->next)
-			c->next->prev = c->prev;
-		if (!c->closing)
-			s->conn_count--;
-	}
-	pthread_mutex_unlock(&s->conn_lock);
-	free(c);
-}
-
 static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
 			  enum MHD_ConnectionNotificationCode code)
 {
 	struct dormant_server *s = cls;
 
-	if (code == MHD_CONNECTION_NOTIFY_STARTED)
-		conn_started(s, connection, socket_context);
-	else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
-		conn_closed(s, socket_context);
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *fd_info =
+			MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+		const union MHD_ConnectionInfo *addr_info =
+			MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+		/* untracked without its socket: libmicrohttpd's own limit holds */
+		*socket_context = fd_info ? conn_opened(&s->conns, fd_info->connect_fd,
+							addr_info ? addr_info->client_addr : NULL)
+					  : NULL;
+	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		conn_closed(&s->conns, *socket_context);
+		*socket_context = NULL;
+	}
 }
 
 static struct conn *conn_of(struct MHD_Connection *connection)
@@ -361,33 +224,6 @@ static struct conn *conn_of(struct MHD_Connection *connection)
 		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
 	return info ? info->socket_context : NULL;
-}
-
-/* The watchdog: close connections that have waited past request_timeout_s
- * for a whole request. */
-static void *watchdog_main(void *arg)
-{
-	struct dormant_server *s = arg;
-	struct timespec deadline;
-
-	pthread_mutex_lock(&s->conn_lock);
-	while (!s->watchdog_stop) {
-		double now = now_monotonic_s();
-
-		for (struct conn *c = s->conns; c; c = c->next)
-			if (!c->busy && !c->closing &&
-			    now - c->waiting_since_s > s->request_timeout_s)
-				conn_shut(s, c);
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_nsec += (long)(WATCHDOG_PERIOD_S * 1e9);
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&s->watchdog_cond, &s->conn_lock, &deadline);
-	}
-	pthread_mutex_unlock(&s->conn_lock);
-	return NULL;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -695,16 +531,8 @@ static enum MHD_Result request_answer(struct dormant_server *s, struct MHD_Conne
 	/* The whole request is in: from here the connection is being answered
 	 * and neither the limits nor the watchdog close it. One they already
 	 * closed runs nothing. */
-	if (rq->conn) {
-		bool closing;
-
-		pthread_mutex_lock(&s->conn_lock);
-		closing = rq->conn->closing;
-		rq->conn->busy = !closing;
-		pthread_mutex_unlock(&s->conn_lock);
-		if (closing)
-			return MHD_NO;
-	}
+	if (rq->conn && !conn_answering(&s->conns, rq->conn))
+		return MHD_NO;
 	if (rq->too_many_params)
 		return send_problem(connection, rq, 400, "bad-request",
 				    "too many query parameters");
@@ -775,10 +603,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
 	*con_cls = NULL;
 	if (rq->conn) {
 		/* waiting for the next request from now */
-		pthread_mutex_lock(&s->conn_lock);
-		rq->conn->busy = false;
-		rq->conn->waiting_since_s = now_monotonic_s();
-		pthread_mutex_unlock(&s->conn_lock);
+		conn_waiting(&s->conns, rq->conn);
 	}
 	resume_taken(s, rq);
 	if (!rq->begun) {
@@ -1087,8 +912,7 @@ static void server_free(struct dormant_server *s)
 	}
 	pthread_cond_destroy(&s->idle);
 	pthread_mutex_destroy(&s->lock);
-	pthread_cond_destroy(&s->watchdog_cond);
-	pthread_mutex_destroy(&s->conn_lock);
+	conn_table_finish(&s->conns);
 	free(s);
 }
 
@@ -1118,9 +942,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		free(s);
 		return r;
 	}
-	s->max_connections = limits.connections;
-	s->max_per_ip = limits.per_ip;
-	s->request_timeout_s = limits.request_timeout_s;
+	conn_table_init(&s->conns, limits.connections, limits.per_ip, limits.request_timeout_s);
 	s->manager = m;
 	s->listen_fd = -1;
 	s->open_probes = opts->open_probes;
@@ -1134,8 +956,6 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->idle, &attr);
-	pthread_mutex_init(&s->conn_lock, NULL);
-	pthread_cond_init(&s->watchdog_cond, &attr);
 	pthread_condattr_destroy(&attr);
 
 	r = auth_token_load(opts, &s->token);
@@ -1200,7 +1020,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		goto err;
 	}
 	s->listen_fd = -1; /* the daemon's now */
-	r = pthread_create(&s->watchdog, NULL, watchdog_main, s);
+	r = conn_table_watch(&s->conns);
 	if (r != 0) {
 		MHD_stop_daemon(s->daemon);
 		r = error_set(-ENOMEM, "starting the watchdog thread: %s", strerror(r));
@@ -1286,11 +1106,7 @@ DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
 		;
 	pthread_mutex_unlock(&s->lock);
 
-	pthread_mutex_lock(&s->conn_lock);
-	s->watchdog_stop = true;
-	pthread_cond_broadcast(&s->watchdog_cond);
-	pthread_mutex_unlock(&s->conn_lock);
-	pthread_join(s->watchdog, NULL);
+	conn_table_unwatch(&s->conns); /* before the daemon stops */
 	MHD_stop_daemon(s->daemon);
 	server_free(s);
 }
