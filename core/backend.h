@@ -71,6 +71,8 @@ struct backend_ops {
 
 struct fault {
 	_Atomic uint64_t calls;
+	_Atomic uint64_t device_calls[DORMANT_DEVICES_MAX]; /* the calls made for each device */
+	_Atomic int device_only; /* 0: calls on any device count; else device + 1's only */
 	_Atomic uint64_t target; /* 0: disarmed; else the call number that fails */
 	_Atomic int error;
 	_Atomic bool repeat;
@@ -101,10 +103,16 @@ void backend_destroy(struct backend *b);
 int backend_host_new(const struct backend_config *config, struct backend **ret);
 int backend_cuda_new(const struct backend_config *config, struct backend **ret);
 
-/* Count a call of op and fail it if a fault is armed for it. */
+/* Count a call of op (made for device, or -1: for none) and fail it if a
+ * fault is armed for it. */
 int backend_fault_check(struct backend *b, enum dormant_fault_op op);
+int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device);
+/* Arm op's fault; _on with device >= 0 counts and fails only that device's
+ * calls (not for DORMANT_FAULT_HOST_ALLOC). */
 int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
 		      bool repeat);
+int backend_fault_arm_on(struct backend *b, enum dormant_fault_op op, int device, unsigned nth,
+			 int error, bool repeat);
 
 /* Wrappers: fault-injected where the op is one of enum dormant_fault_op. */
 int backend_mem_create(struct backend *b, int device, size_t size, uint64_t *ret_handle);

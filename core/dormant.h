@@ -544,6 +544,17 @@ enum dormant_fault_op {
 DORMANT_EXPORT int dormant_debug_inject_fault(struct dormant *m, enum dormant_fault_op op,
 					      unsigned nth, int error, bool repeat);
 
+/*
+ * As dormant_debug_inject_fault(), counting and failing only the calls of op
+ * made for device (create, map, copy: a host allocation belongs to no device),
+ * so that a test fails one device of several whatever order they run in.
+ * Returns -EINVAL for a bad device or op. Arming either kind replaces the
+ * other for op; nth 0 disarms.
+ */
+DORMANT_EXPORT int dormant_debug_inject_device_fault(struct dormant *m, int device,
+						     enum dormant_fault_op op, unsigned nth,
+						     int error, bool repeat);
+
 /* How many calls of op the backend has seen (successful or failed). */
 DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_fault_op op);
 

@@ -183,6 +183,10 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	}
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
 		    pin_piece, pin_host);
+	/* Devices are driven at once; 0 drives them one after another (to
+	 * measure what the parallel transition gains). */
+	if ((env = getenv("DORMANT_PARALLEL_DEVICES")) && strcmp(env, "0") == 0)
+		m->engine.serial_devices = true;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -868,6 +872,17 @@ DORMANT_EXPORT int dormant_debug_inject_fault(struct dormant *m, enum dormant_fa
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
 	return backend_fault_arm(m->backend, op, nth, error, repeat);
+}
+
+DORMANT_EXPORT int dormant_debug_inject_device_fault(struct dormant *m, int device,
+						     enum dormant_fault_op op, unsigned nth,
+						     int error, bool repeat)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	if (device < 0)
+		return error_set(-EINVAL, "no device %d to inject a fault on", device);
+	return backend_fault_arm_on(m->backend, op, device, nth, error, repeat);
 }
 
 DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_fault_op op)
