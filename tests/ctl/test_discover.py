@@ -48,6 +48,11 @@ def test_records_say_where_each_server_listens(group):
     assert [(r.role, r.rank, r.local_rank, r.pid) for r in found] == [
         ("actor", 0, 0, actor.proc.pid), ("critic", 1, 0, critic.proc.pid)]
     assert [r.port for r in found] == [actor.port, critic.port]
+    # the start time names the process even once its pid is reused
+    from dormant.client import _start_ticks
+    for name in records(run):
+        doc = json.loads((run / name).read_text())
+        assert doc["start_ticks"] == _start_ticks(doc["pid"]) is not None
     assert [r.url for r in discover(run, role="critic")] == [critic.url]
 
 
