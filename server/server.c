@@ -857,6 +857,25 @@ static int options_check(const struct dormant_server_options *o, struct limits *
 	return 0;
 }
 
+/* $DORMANT_PUBLISH: "1" publishes a record in the default directory, a path
+ * (starting with "/") in that directory; unset, "" or "0": none. Returns 1
+ * (publish, *ret_dir NULL or the directory), 0, or -EINVAL. */
+static int publish_env(const char **ret_dir)
+{
+	const char *env = getenv("DORMANT_PUBLISH");
+
+	*ret_dir = NULL;
+	if (!env || !*env || strcmp(env, "0") == 0)
+		return 0;
+	if (strcmp(env, "1") != 0 && env[0] != '/')
+		return error_set(-EINVAL,
+				 "$DORMANT_PUBLISH is '%.64s': 1, 0, or the absolute path of a "
+				 "directory", env);
+	if (env[0] == '/')
+		*ret_dir = env;
+	return 1;
+}
+
 DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts)
 {
 	static const struct dormant_server_options defaults = { 0 };
@@ -876,6 +895,9 @@ DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_opti
 	if (r < 0)
 		return r;
 	r = faults_parse(opts->faults ? opts->faults : getenv("DORMANT_FAULTS"), &faults);
+	if (r < 0)
+		return r;
+	r = publish_env(&(const char *){ NULL });
 	if (r < 0)
 		return r;
 	r = auth_token_load(opts, &token);
@@ -916,19 +938,12 @@ static void record_remove(struct dormant_server *s)
 	free(path);
 }
 
-/* $DORMANT_PUBLISH: "1" publishes a record in the default directory, a path
- * (starting with "/") in that directory; unset, "" or "0": none. */
 static int record_from_environment(struct dormant_server *s)
 {
-	const char *env = getenv("DORMANT_PUBLISH");
+	const char *dir;
+	int r = publish_env(&dir);
 
-	if (!env || !*env || strcmp(env, "0") == 0)
-		return 0;
-	if (strcmp(env, "1") != 0 && env[0] != '/')
-		return error_set(-EINVAL,
-				 "$DORMANT_PUBLISH is '%.64s': 1, 0, or the absolute path of a "
-				 "directory", env);
-	return dormant_server_publish(s, env[0] == '/' ? env : NULL, NULL);
+	return r <= 0 ? r : dormant_server_publish(s, dir, NULL);
 }
 
 static void server_free(struct dormant_server *s)
