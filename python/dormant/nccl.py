@@ -27,9 +27,10 @@ resident across a sleep. release_on_sleep(group) fixes that, opt-in:
   takes part), and the ranks' wakes do not run in step. The next use of
   .group (or restore()) after a sleep restores it on the training thread,
   where every rank arrives in the same step: resume(), or a new group of the
-  same ranks and backend (dist.new_group(..., use_local_synchronization=True)),
-  warmed up with one all_reduce of one element so that the communicator is
-  made then, not in the first real collective.
+  same ranks and backend (dist.new_group(), which every rank of WORLD calls,
+  members or not: restore in the same order on every rank, as the groups
+  were made), warmed up with one all_reduce of one element so that the
+  communicator is made then, not in the first real collective.
 - In mode "rebuild" the group object changes: read .group at the start of
   every step and keep no other reference (DDP and FSDP keep theirs: use them
   with mode "suspend", or rebuild the wrapper). Mode "suspend" keeps it.
@@ -63,7 +64,7 @@ class ReleasedGroup:
         if torch is None:
             import torch  # noqa: PLC0415 (torch only when used)
         if dist is None:
-            dist = torch.distributed
+            import torch.distributed as dist  # noqa: PLC0415
         if manager is None:
             import dormant  # noqa: PLC0415
             manager = dormant.manager()
@@ -114,8 +115,11 @@ class ReleasedGroup:
             if self._mode == "suspend":
                 self._backend_of(self._group).resume()
             else:
-                self._group = self._dist.new_group(self._ranks, backend=self._backend,
-                                                   use_local_synchronization=True)
+                # Not use_local_synchronization: its name is a hash of the
+                # ranks, the destroyed group's again, and a new group under an
+                # old name could read the old one's keys (NCCL's unique id)
+                # from the store. The counter's names are new every time.
+                self._group = self._dist.new_group(self._ranks, backend=self._backend)
             if self._warmup:
                 self._warm_up()
             seconds = time.monotonic() - start

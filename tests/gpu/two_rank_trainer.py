@@ -84,8 +84,7 @@ def rank_main(args):
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     # every collective runs on this group, never on WORLD
-    grads_group = dist.new_group(list(range(args.world)), backend=args.backend,
-                                 use_local_synchronization=True)
+    grads_group = dist.new_group(list(range(args.world)), backend=args.backend)
     released = None
     if args.release != "none":
         released = dormant.nccl.release_on_sleep(grads_group, manager=m, mode=args.release)

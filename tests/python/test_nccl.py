@@ -106,7 +106,7 @@ def test_rebuild_destroys_before_the_sleep_and_rebuilds_at_the_next_use(mgr):
     assert names(dist.log) == ["destroy"], "a wake restores nothing: restoring is collective"
     again = rg.group
     assert again is not first and not again.destroyed
-    assert dist.log[1] == ("new_group", (0, 1), "gloo", True)
+    assert dist.log[1] == ("new_group", (0, 1), "gloo", False)
     assert dist.log[2] == ("all_reduce", again.serial), "warmed up on the new group"
     assert rg.group is again and len(dist.log) == 3, "restored once"
     s = rg.stats()
