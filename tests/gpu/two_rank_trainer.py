@@ -227,9 +227,9 @@ def run_once(args, name):
                 rank.expect("step")
             if name == "reference":
                 continue
-            out["awake_mib"].append(memory_of(pids))
+            out["awake_mib"].append(memory_of(args, pids))
             out["sleep_s"].append(ctl(args, "sleep", endpoints))
-            out["asleep_mib"].append(memory_of(pids))
+            out["asleep_mib"].append(memory_of(args, pids))
             out["wake_s"].append(ctl(args, "wake", endpoints))
         for rank in ranks:
             rank.send("end")
@@ -246,9 +246,10 @@ def run_once(args, name):
     return out
 
 
-def memory_of(pids):
-    """Per rank: its process's MiB (nvidia-smi), else its GPU's, else None."""
-    per_pid, per_gpu = gpu_memory_mib()
+def memory_of(args, pids):
+    """Per rank: its process's MiB (nvidia-smi), else its GPU's, else None
+    (gloo: the ranks use no GPU)."""
+    per_pid, per_gpu = gpu_memory_mib() if args.backend == "nccl" else (None, None)
     if per_pid is None:
         return [None] * len(pids)
     if all(p in per_pid for p in pids):
