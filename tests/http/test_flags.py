@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The first bad input a new user makes (issue 11, 5) and the fault switch of
-dormantd (6): every program answers a bad flag with one line and exit status
+"""The first bad input a new user makes and the fault switch of dormantd:
+every program answers a bad flag with one line and exit status
 2, -h/--help with its usage and 0, --version with the Meson project version;
 dormantd checks its arguments before it starts a backend, and --fault (or
 $DORMANT_FAULTS) makes device faults that HTTP clients see.
