@@ -148,7 +148,9 @@ static void usage(FILE *f)
 	      "  -V, --version         print the version and exit\n"
 	      "\n"
 	      "SIZE is a number with an optional suffix: K, M, G, T (powers of 1024, also\n"
-	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n",
+	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000). Sizes that do not fit\n"
+	      "in device 0's free memory, or whose host copy does not fit in the host's\n"
+	      "available memory, are refused before anything is allocated (exit status 2).\n",
 	      f);
 }
 
