@@ -54,6 +54,9 @@ struct config {
 	bool quiet;
 	unsigned fail_wakes;
 	const char *port_file;
+	bool publish;
+	const char *publish_dir;
+	const char *role;
 	unsigned max_connections;
 	unsigned max_connections_per_ip;
 	unsigned connection_timeout_s;
@@ -144,6 +147,10 @@ static void usage(FILE *f)
 	      "                        any; OP create, map, copy or host-alloc; see\n"
 	      "                        docs/testing.md); may be given up to 8 times\n"
 	      "  --port-file FILE      write the bound port to FILE once listening\n"
+	      "  --publish[=DIR]       publish a discovery record (for dormantctl --discover)\n"
+	      "                        in DIR (default: $DORMANT_RUNTIME_DIR, else\n"
+	      "                        $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID)\n"
+	      "  --role NAME           the role in the record (default: $DORMANT_ROLE)\n"
 	      "  -h, --help            show this and exit\n"
 	      "  -V, --version         print the version and exit\n"
 	      "\n"
@@ -233,7 +240,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
 		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
-		OPT_REQUEST_TIMEOUT, OPT_FAULT,
+		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE,
 	};
 	static const struct option options[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -254,6 +261,8 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "connection-timeout", required_argument, NULL, OPT_CONNECTION_TIMEOUT },
 		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
 		{ "fault", required_argument, NULL, OPT_FAULT },
+		{ "publish", optional_argument, NULL, OPT_PUBLISH },
+		{ "role", required_argument, NULL, OPT_ROLE },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -368,6 +377,13 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			break;
 		case OPT_PORT_FILE:
 			c->port_file = optarg;
+			break;
+		case OPT_PUBLISH:
+			c->publish = true;
+			c->publish_dir = optarg; /* NULL: the default directory */
+			break;
+		case OPT_ROLE:
+			c->role = optarg;
 			break;
 		case 'h':
 			return FLAGS_HELP;
@@ -884,6 +900,13 @@ int main(int argc, char **argv)
 		r = dormant_server_write_port_file(server, d.config.port_file);
 		if (r < 0) {
 			warn("writing %s: %s", d.config.port_file, strerror(-r));
+			goto out;
+		}
+	}
+	if (d.config.publish || d.config.role) {
+		r = dormant_server_publish(server, d.config.publish_dir, d.config.role);
+		if (r < 0) {
+			warn("publishing the discovery record: %s", dormant_last_error());
 			goto out;
 		}
 	}
