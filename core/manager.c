@@ -183,6 +183,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	}
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
 		    pin_piece, pin_host);
+	/* verification after wake: on unless $DORMANT_VERIFY=0 */
+	env = getenv("DORMANT_VERIFY");
+	atomic_store(&m->engine.verify, !(env && strcmp(env, "0") == 0));
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -838,6 +841,10 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->bytes_released_total = m->bytes_released_total;
 	ret->bytes_zeroed_total = m->bytes_zeroed_total;
 	ret->bytes_skipped_total = m->bytes_skipped_total;
+	ret->verify = atomic_load(&m->engine.verify);
+	ret->bytes_unchanged_total = m->bytes_unchanged_total;
+	ret->chunks_verified_total = m->chunks_verified_total;
+	ret->chunk_mismatches_total = m->chunk_mismatches_total;
 	ret->last_sleep = m->last_sleep;
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;
@@ -911,6 +918,59 @@ DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst
 	else
 		r = m->backend->ops->defer_write(m->backend, a->device, (uintptr_t)device_dst, src,
 						 size);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_set_verify(struct dormant *m, bool on)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	atomic_store(&m->engine.verify, on);
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_debug_corrupt_host(struct dormant *m, const void *device_ptr,
+					      unsigned char mask)
+{
+	uintptr_t p = (uintptr_t)device_ptr;
+	struct alloc *a, *owner;
+	int r = -ENOENT;
+
+	if (!m || !device_ptr || !mask)
+		return error_set(-EINVAL, "NULL argument or zero mask");
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, p, 1);
+	if (!a) {
+		r = error_set(-EINVAL, "%p is not inside an allocation of this manager", device_ptr);
+		goto out;
+	}
+	if (a->tag->state != DORMANT_ASLEEP) {
+		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
+			      dormant_state_name(a->tag->state));
+		goto out;
+	}
+	owner = a->slab ? a->slab : a;
+	for (size_t i = 0; i < owner->chunk_count && r == -ENOENT; i++) {
+		struct chunk *c = &owner->chunks[i];
+
+		if (p < c->va || p >= c->va + c->size || !c->host_valid)
+			continue;
+		for (size_t k = 0; k < c->plan.count; k++) {
+			const struct copy_run *run = &c->plan.runs[k];
+			size_t off = p - c->va;
+
+			if (off >= run->offset && off < run->offset + run->size) {
+				((unsigned char *)c->host.ptr)[run->host_offset + off - run->offset] ^=
+					mask;
+				r = 0;
+				break;
+			}
+		}
+	}
+	if (r == -ENOENT)
+		error_set(r, "no host copy holds the byte at %p", device_ptr);
+out:
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }

@@ -11,6 +11,7 @@
 #include "pipeline.h"
 #include "prepare.h"
 #include "staging.h"
+#include "verify.h"
 
 /* ---- accounting ---------------------------------------------------------- */
 
@@ -138,6 +139,7 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	struct deferred_free *job = malloc(sizeof(*job));
 
 	c->host_valid = false;
+	c->retained = false;
 	if (!job) {
 		size_t size = c->host.size;
 
@@ -164,6 +166,7 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 		engine_account_host(a->tag, -(int64_t)size);
 	}
 	c->host_valid = false;
+	c->retained = false;
 }
 
 /* ---- sleep --------------------------------------------------------------- */
@@ -207,6 +210,10 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		return error_prefix(r, "synchronizing device %d", d);
 
 	start = now_monotonic_s();
+	/* hash what is kept; in retain mode, release unchanged chunks */
+	r = checksum_sleep(e, d, items, count, t);
+	if (r < 0)
+		return r;
 	r = prep_start(&prep, e, d, items, count);
 	if (r < 0) {
 		prep_finish(&prep);
@@ -466,6 +473,8 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 		if (!devices[d])
 			continue;
 		r = restore_device(e, d, items, count, t);
+		if (r == 0)
+			r = checksum_verify(e, d, items, count, t);
 		if (r < 0)
 			goto err;
 	}
@@ -492,6 +501,7 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 
 		if (!it->mapped_here)
 			continue;
+		checksum_commit(e, it);
 		c->host_valid = false;
 		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
 			host_release(e, it->tag, c);

@@ -64,6 +64,8 @@ struct engine {
 	size_t staging_bytes;
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
+	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */
+	_Atomic bool checksum_warned; /* said once that the backend cannot hash */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -81,6 +83,8 @@ struct xfer_item {
 
 struct xfer_totals {
 	uint64_t copied, released, mapped, zeroed, skipped;
+	uint64_t unchanged;            /* sleep: kept bytes not copied, unchanged (verify.h) */
+	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
