@@ -463,6 +463,14 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
  */
 DORMANT_EXPORT int dormant_set_verify(struct dormant *m, bool on);
 
+/*
+ * The chunk checksum (docs/design.md, "Checksums") of size bytes at host
+ * memory p, the first of them at byte offset of its chunk, into out[0] and
+ * out[1]: what the device kernel computes, for callers and tests that check
+ * it. Never fails (-EINVAL for NULL p with size > 0 or NULL out).
+ */
+DORMANT_EXPORT int dormant_checksum(const void *p, size_t size, uint64_t offset, uint64_t out[2]);
+
 /* ---- Trainer guard ------------------------------------------------------- */
 
 /*
@@ -602,6 +610,16 @@ DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t by
  */
 DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst, const void *src,
 					     size_t size);
+
+/*
+ * The checksum of [device_ptr, device_ptr + size) of one awake allocation as
+ * dormant_checksum() defines it, computed by the backend (on the GPU with
+ * CUDA: the kernel that verification uses), into out[0..1]. -EINVAL (range
+ * not managed), -EBUSY (tag not awake), -ENOTSUP (the kernel cannot load),
+ * -EIO.
+ */
+DORMANT_EXPORT int dormant_debug_checksum(struct dormant *m, const void *device_ptr, size_t size,
+					  uint64_t offset, uint64_t out[2]);
 
 /*
  * Flip bits (xor with mask, non-zero) of the host copy's byte that holds the

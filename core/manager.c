@@ -930,6 +930,58 @@ DORMANT_EXPORT int dormant_set_verify(struct dormant *m, bool on)
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_checksum(const void *p, size_t size, uint64_t offset, uint64_t out[2])
+{
+	struct checksum sum;
+
+	if ((!p && size) || !out)
+		return error_set(-EINVAL, "NULL argument");
+	sum = checksum_cpu(p, size, offset);
+	out[0] = sum.lane[0];
+	out[1] = sum.lane[1];
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_debug_checksum(struct dormant *m, const void *device_ptr, size_t size,
+					  uint64_t offset, uint64_t out[2])
+{
+	struct backend *b;
+	struct checksum sum = { { 0, 0 } };
+	struct alloc *a;
+	void *stream = NULL;
+	int r;
+
+	if (!m || !device_ptr || !out)
+		return error_set(-EINVAL, "NULL argument");
+	b = m->backend;
+	if (!b->ops->checksum)
+		return error_set(-ENOTSUP, "the %s backend cannot hash", b->ops->name);
+	pthread_mutex_lock(&m->lock);
+	a = alloc_containing(m, (uintptr_t)device_ptr, size);
+	if (!a)
+		r = error_set(-EINVAL, "[%p, +%zu) is not inside one allocation of this manager",
+			      device_ptr, size);
+	else if (a->tag->state != DORMANT_AWAKE)
+		r = error_set(-EBUSY, "tag '%s' is %s", a->tag->name,
+			      dormant_state_name(a->tag->state));
+	else
+		r = b->ops->stream_create(b, a->device, &stream);
+	if (r == 0 && size) {
+		struct checksum_range range = { .ptr = (uintptr_t)device_ptr, .size = size,
+						.offset = offset };
+
+		r = b->ops->checksum(b, a->device, &range, 1, stream, &sum);
+	}
+	if (stream)
+		b->ops->stream_destroy(b, a->device, stream);
+	pthread_mutex_unlock(&m->lock);
+	if (r == 0) {
+		out[0] = sum.lane[0];
+		out[1] = sum.lane[1];
+	}
+	return r;
+}
+
 DORMANT_EXPORT int dormant_debug_corrupt_host(struct dormant *m, const void *device_ptr,
 					      unsigned char mask)
 {
