@@ -72,7 +72,7 @@ Test(checksum, matches_its_definition_at_any_length_and_alignment)
 	cr_expect(got[0] == want[0] && got[1] == want[1]);
 	cr_expect_eq(got[0], 0xd4fa3197e1830fb7ull, "lane 0 %016llx", (unsigned long long)got[0]);
 	cr_expect_eq(got[1], 0xac0fa0613c8211bcull, "lane 1 %016llx", (unsigned long long)got[1]);
-	cr_expect_eq(dormant_checksum(NULL, 1, 0, got), -EINVAL);
+	cr_expect_eq(dormant_checksum(NULL, 1, 0, got), -EINVAL, "NULL with bytes");
 }
 
 Test(checksum, one_changed_byte_changes_both_lanes)
