@@ -168,7 +168,7 @@ static bool sleep_fits(const struct xfer_item *it)
 int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t count,
 		   struct xfer_totals *t)
 {
-	bool skip = e->mode == DORMANT_HOST_RETAIN;
+	bool skip = e->mode == DORMANT_HOST_RETAIN && e->skip_unchanged;
 	struct batch bt;
 	int r;
 

@@ -186,6 +186,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	/* verification after wake: on unless $DORMANT_VERIFY=0 */
 	env = getenv("DORMANT_VERIFY");
 	atomic_store(&m->engine.verify, !(env && strcmp(env, "0") == 0));
+	/* retain mode's skip of unchanged chunks: on unless $DORMANT_SKIP_UNCHANGED=0 */
+	env = getenv("DORMANT_SKIP_UNCHANGED");
+	m->engine.skip_unchanged = !(env && strcmp(env, "0") == 0);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

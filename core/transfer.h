@@ -65,6 +65,7 @@ struct engine {
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
 	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */
+	bool skip_unchanged;          /* retain mode: release unchanged chunks uncopied */
 	_Atomic bool checksum_warned; /* said once that the backend cannot hash */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;

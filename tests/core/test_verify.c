@@ -473,3 +473,25 @@ Test(unchanged, a_failed_sleep_restores_released_unchanged_chunks)
 	cr_expect(holds_at(m, w, 2 * CHUNK + 1, CHUNK - 1, 10));
 	dormant_destroy(m);
 }
+
+static void skip_off_env(void)
+{
+	setenv("DORMANT_SKIP_UNCHANGED", "0", 1);
+}
+
+Test(unchanged, the_skip_can_be_turned_off, .init = skip_off_env)
+{
+	struct dormant *m = manager_with(DORMANT_HOST_RETAIN, CHUNK);
+	void *w = alloc_keep(m, "w", 2 * CHUNK);
+	struct dormant_report rep;
+
+	fill(m, w, 2 * CHUNK, 6);
+	for (int i = 0; i < 2; i++) {
+		sleep_ok(m, &rep);
+		cr_expect_eq(rep.bytes_copied, 2 * CHUNK);
+		cr_expect_eq(rep.bytes_unchanged, 0);
+		wake_ok(m, &rep);
+		cr_expect_eq(rep.chunks_verified, 2, "still verified");
+	}
+	dormant_destroy(m);
+}
