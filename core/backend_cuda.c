@@ -105,7 +105,7 @@ static const char *const symbol_names[] = {
 	"cuStreamSynchronize",
 };
 
-/* A device's checksum kernel, loaded on first use, and its work buffer. */
+/* A device's checksum kernel, loaded on first use. */
 struct cuda_checksum {
 	pthread_mutex_t lock;
 	bool tried;
@@ -113,8 +113,6 @@ struct cuda_checksum {
 	char message[DORMANT_ERROR_MAX];
 	CUmodule module;
 	CUfunction kernel;
-	CUdeviceptr buffer;
-	size_t capacity;
 };
 
 struct cuda_backend {
@@ -227,11 +225,8 @@ static void cuda_destroy(struct backend *b)
 		struct cuda_checksum *ck = &c->checksum[d];
 		CUcontext saved;
 
-		if ((ck->module || ck->buffer) && context_enter(c, d, &saved) == 0) {
-			if (ck->buffer)
-				c->api.cuMemFree(ck->buffer);
-			if (ck->module)
-				c->api.cuModuleUnload(ck->module);
+		if (ck->module && context_enter(c, d, &saved) == 0) {
+			c->api.cuModuleUnload(ck->module);
 			context_leave(c, saved);
 		}
 		pthread_mutex_destroy(&ck->lock);
@@ -636,10 +631,14 @@ struct kernel_range {
 	uint64_t ptr, size, offset, first_tile;
 };
 
+/* The work buffer (the ranges, then two lanes per range) lives only for the
+ * call: a sleep hashes before it releases, and no device memory of ours stays
+ * behind while asleep (cuMemAlloc rounds up to 2 MiB). */
 static int checksum_run(struct cuda_backend *c, struct cuda_checksum *ck,
 			const struct checksum_range *ranges, size_t count, CUstream stream,
 			struct checksum *out)
 {
+	CUdeviceptr buffer = 0;
 	size_t table = count * sizeof(struct kernel_range), sums = count * 2 * sizeof(uint64_t);
 	struct kernel_range *k = malloc(table);
 	uint64_t *lanes = malloc(sums);
@@ -655,21 +654,14 @@ static int checksum_run(struct cuda_backend *c, struct cuda_checksum *ck,
 					      .offset = ranges[i].offset, .first_tile = tiles };
 		tiles += (ranges[i].size + CHECKSUM_TILE_BYTES - 1) / CHECKSUM_TILE_BYTES;
 	}
-	if (ck->capacity < table + sums) {
-		if (ck->buffer)
-			c->api.cuMemFree(ck->buffer);
-		ck->buffer = 0;
-		ck->capacity = 0;
-		r = CALL(c, cuMemAlloc, &ck->buffer, table + sums);
-		if (r < 0)
-			goto out;
-		ck->capacity = table + sums;
-	}
-	r = CALL(c, cuMemcpyHtoDAsync, ck->buffer, k, table, stream);
+	r = CALL(c, cuMemAlloc, &buffer, table + sums);
+	if (r < 0)
+		goto out;
+	r = CALL(c, cuMemcpyHtoDAsync, buffer, k, table, stream);
 	if (r == 0)
-		r = CALL(c, cuMemsetD8Async, ck->buffer + table, 0, sums, stream);
+		r = CALL(c, cuMemsetD8Async, buffer + table, 0, sums, stream);
 	if (r == 0 && tiles) {
-		CUdeviceptr dev_ranges = ck->buffer, dev_out = ck->buffer + table;
+		CUdeviceptr dev_ranges = buffer, dev_out = buffer + table;
 		unsigned n = (unsigned)count;
 		void *params[] = { &dev_ranges, &n, &tiles, &dev_out };
 		unsigned grid = (unsigned)MIN(tiles, 8192ull);
@@ -678,12 +670,16 @@ static int checksum_run(struct cuda_backend *c, struct cuda_checksum *ck,
 			 stream, params, NULL);
 	}
 	if (r == 0)
-		r = CALL(c, cuMemcpyDtoHAsync, lanes, ck->buffer + table, sums, stream);
+		r = CALL(c, cuMemcpyDtoHAsync, lanes, buffer + table, sums, stream);
 	if (r == 0)
 		r = CALL(c, cuStreamSynchronize, stream);
+	else
+		(void)c->api.cuStreamSynchronize(stream); /* before the buffer goes */
 	for (size_t i = 0; r == 0 && i < count; i++)
 		out[i] = (struct checksum){ { lanes[2 * i], lanes[2 * i + 1] } };
 out:
+	if (buffer)
+		c->api.cuMemFree(buffer);
 	free(k);
 	free(lanes);
 	return r;

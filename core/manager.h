@@ -136,6 +136,8 @@ static inline enum dormant_policy alloc_policy(const struct alloc *a)
 
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */
 struct tag *tag_find(struct dormant *m, const char *name);
+/* The allocation (dedicated or sub-allocation) holding [p, p + size), or NULL. */
+struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size);
 void alloc_destroy(struct dormant *m, struct alloc *a);
 /* The data of a chunk: a slab's up to its highest live byte. */
 void chunk_update_data_bytes(struct alloc *a, struct chunk *c);

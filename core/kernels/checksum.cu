@@ -15,6 +15,7 @@
 
 #define THREADS 256
 #define TILE (64 * 1024)
+#define WORDS (TILE / 8 / THREADS) /* per thread in a whole tile */
 
 #define P0 0x9e3779b97f4a7c15ull
 #define S0 0x243f6a8885a308d3ull
@@ -85,16 +86,33 @@ dormant_checksum(const struct range *ranges, unsigned count, u64 tiles, u64 *out
 		const bool aligned = (r.ptr & 7) == 0;
 		u64 a0 = 0, a1 = 0;
 
-		for (u64 at = start + 8 * (u64)threadIdx.x; at < end; at += 8 * THREADS) {
-			const u64 o = r.offset + at;
-			u64 w;
+		if (aligned && end - start == TILE) {
+			/* a whole aligned tile: WORDS loads per thread, unrolled so
+			 * that many are in flight at once */
+			const u64 *words = (const u64 *)(base + start);
+			const u64 o0 = r.offset + start + 8 * (u64)threadIdx.x;
 
-			if (aligned && at + 8 <= end)
-				w = *(const u64 *)(base + at);
-			else
-				w = load_bytes(base + at, end - at < 8 ? (unsigned)(end - at) : 8);
-			a0 += mix0(w ^ (o * P0 + S0));
-			a1 += mix1(w ^ (o * P1 + S1));
+#pragma unroll 8
+			for (unsigned i = 0; i < WORDS; i++) {
+				const u64 w = words[threadIdx.x + i * THREADS];
+				const u64 o = o0 + 8 * (u64)(i * THREADS);
+
+				a0 += mix0(w ^ (o * P0 + S0));
+				a1 += mix1(w ^ (o * P1 + S1));
+			}
+		} else {
+			for (u64 at = start + 8 * (u64)threadIdx.x; at < end; at += 8 * THREADS) {
+				const u64 o = r.offset + at;
+				u64 w;
+
+				if (aligned && at + 8 <= end)
+					w = *(const u64 *)(base + at);
+				else
+					w = load_bytes(base + at,
+						       end - at < 8 ? (unsigned)(end - at) : 8);
+				a0 += mix0(w ^ (o * P0 + S0));
+				a1 += mix1(w ^ (o * P1 + S1));
+			}
 		}
 		for (int d = 16; d > 0; d /= 2) {
 			a0 += __shfl_down_sync(0xffffffffu, a0, d);
