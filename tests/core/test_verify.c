@@ -495,3 +495,23 @@ Test(unchanged, the_skip_can_be_turned_off, .init = skip_off_env)
 	}
 	dormant_destroy(m);
 }
+
+/* Small allocations share a slab's chunks: a byte of one of them, corrupted
+ * in the slab's host copy, fails the wake and names the slab's chunk. */
+Test(verify, a_corrupted_sub_allocation_is_found)
+{
+	struct dormant *m = manager_with(DORMANT_HOST_RELEASE, CHUNK);
+	char *a = alloc_keep(m, "w", 5000), *b = alloc_keep(m, "w", 7000);
+	struct dormant_report rep;
+
+	fill(m, a, 5000, 12);
+	fill(m, b, 7000, 13);
+	sleep_ok(m, &rep);
+	cr_assert_eq(dormant_debug_corrupt_host(m, b + 6999, 0x02), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, &rep), -EIO);
+	cr_expect_eq(rep.chunk_mismatches, 1);
+	cr_assert_eq(dormant_debug_corrupt_host(m, b + 6999, 0x02), 0);
+	wake_ok(m, &rep);
+	cr_expect(holds(m, a, 5000, 12) && holds(m, b, 7000, 13));
+	dormant_destroy(m);
+}
