@@ -92,7 +92,7 @@ uint64_t checksum_plan_signature(const struct copy_plan *plan);
 /* The embedded PTX of kernels/checksum.cu (NUL-terminated), and the name of
  * its kernel. */
 extern const char dormant_checksum_ptx[];
-#define CHECKSUM_KERNEL "dormant_checksum"
+#define CHECKSUM_KERNEL "dormant_checksum_kernel"
 /* Threads per block and bytes per tile the kernel is written for. */
 #define CHECKSUM_THREADS 256
 #define CHECKSUM_TILE_BYTES (64 * 1024)

@@ -63,7 +63,7 @@ __device__ u64 load_bytes(const unsigned char *at, unsigned n)
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-dormant_checksum(const struct range *ranges, unsigned count, u64 tiles, u64 *out)
+dormant_checksum_kernel(const struct range *ranges, unsigned count, u64 tiles, u64 *out)
 {
 	__shared__ u64 part[2][THREADS / 32];
 
