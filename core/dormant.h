@@ -320,7 +320,8 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * cannot be had (typically another process still holds it): everything this
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
- * with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
+ * and when a restored chunk's checksum differs from its sleep's
+ * (dormant_set_verify()), with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
  * callback (dormant_set_rebuild()) refused, with the same guarantee. Every
  * wake (also one that fails or changes nothing) drops the marks of every
  * tag awake after it (dormant_mark_unused()).
