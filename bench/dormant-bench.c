@@ -1417,6 +1417,10 @@ int main(int argc, char **argv)
 	int r;
 
 	bench_program = "dormant-bench";
+	/* The kept bytes stand for weights a trainer changes every step: retain
+	 * mode must copy them, not skip them as unchanged (the frozen case is
+	 * dormant-verify-bench's). Set it to 1 to see the skip here. */
+	setenv("DORMANT_SKIP_UNCHANGED", "0", 0);
 	if (options_parse(argc, argv, &b.opt) < 0)
 		return EXIT_USAGE;
 	r = bench_run(&b);

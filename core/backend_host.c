@@ -572,6 +572,26 @@ static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, 
 	return stream_issue(host(b), stream, (void *)dst, NULL, size, NULL);
 }
 
+/* The chunk checksum on the CPU, after the stream's queued work (as the
+ * kernel would run after it on a device). */
+static int host_checksum(struct backend *b, int device, const struct checksum_range *ranges,
+			 size_t count, void *stream, struct checksum *out)
+{
+	struct host_backend *h = host(b);
+	struct host_stream *s = stream;
+	int r = check_device(b, device);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&h->lock);
+	if (s)
+		stream_run(s, s->issued);
+	pthread_mutex_unlock(&h->lock);
+	for (size_t i = 0; i < count; i++)
+		out[i] = checksum_cpu((const void *)ranges[i].ptr, ranges[i].size, ranges[i].offset);
+	return 0;
+}
+
 /* Every stream of the device, the default one too (cuCtxSynchronize). */
 static int host_synchronize(struct backend *b, int device)
 {
@@ -662,6 +682,7 @@ static const struct backend_ops host_ops = {
 	.mem_info = host_mem_info,
 	.device_active = host_device_active,
 	.defer_write = host_defer_write,
+	.checksum = host_checksum,
 };
 
 int backend_host_new(const struct backend_config *config, struct backend **ret)

@@ -187,6 +187,12 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	 * measure what the parallel transition gains). */
 	if ((env = getenv("DORMANT_PARALLEL_DEVICES")) && strcmp(env, "0") == 0)
 		m->engine.serial_devices = true;
+	/* verification after wake: on unless $DORMANT_VERIFY=0 */
+	env = getenv("DORMANT_VERIFY");
+	atomic_store(&m->engine.verify, !(env && strcmp(env, "0") == 0));
+	/* retain mode's skip of unchanged chunks: on unless $DORMANT_SKIP_UNCHANGED=0 */
+	env = getenv("DORMANT_SKIP_UNCHANGED");
+	m->engine.skip_unchanged = !(env && strcmp(env, "0") == 0);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -346,7 +352,7 @@ static size_t alloc_upper_bound(struct dormant *m, uintptr_t p)
 }
 
 /* The allocation holding [p, p + size), or NULL. */
-static struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size)
+struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size)
 {
 	size_t i = alloc_upper_bound(m, p);
 	struct alloc *a;
@@ -889,6 +895,10 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->bytes_released_total = m->bytes_released_total;
 	ret->bytes_zeroed_total = m->bytes_zeroed_total;
 	ret->bytes_skipped_total = m->bytes_skipped_total;
+	ret->verify = atomic_load(&m->engine.verify);
+	ret->bytes_unchanged_total = m->bytes_unchanged_total;
+	ret->chunks_verified_total = m->chunks_verified_total;
+	ret->chunk_mismatches_total = m->chunk_mismatches_total;
 	ret->last_sleep = m->last_sleep;
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;

@@ -13,6 +13,7 @@
 #include "pipeline.h"
 #include "prepare.h"
 #include "staging.h"
+#include "verify.h"
 
 /* ---- accounting ---------------------------------------------------------- */
 
@@ -140,6 +141,7 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	struct deferred_free *job = malloc(sizeof(*job));
 
 	c->host_valid = false;
+	c->retained = false;
 	if (!job) {
 		size_t size = c->host.size;
 
@@ -166,6 +168,7 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 		engine_account_host(a->tag, -(int64_t)size);
 	}
 	c->host_valid = false;
+	c->retained = false;
 }
 
 /* ---- devices at once ----------------------------------------------------- */
@@ -203,6 +206,9 @@ static void change_counters_add(struct dormant_tag_change *dst,
 	dst->bytes_mapped += src->bytes_mapped;
 	dst->bytes_zeroed += src->bytes_zeroed;
 	dst->bytes_skipped += src->bytes_skipped;
+	dst->bytes_unchanged += src->bytes_unchanged;
+	dst->chunks_verified += src->chunks_verified;
+	dst->chunk_mismatches += src->chunk_mismatches;
 }
 
 static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, bool overlapped)
@@ -212,6 +218,9 @@ static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, b
 	dst->mapped += src->mapped;
 	dst->zeroed += src->zeroed;
 	dst->skipped += src->skipped;
+	dst->unchanged += src->unchanged;
+	dst->verified += src->verified;
+	dst->mismatches += src->mismatches;
 	/* devices that copied at once took the longest one's time */
 	dst->copy_s = overlapped ? MAX(dst->copy_s, src->copy_s) : dst->copy_s + src->copy_s;
 	dst->rollback_failed |= src->rollback_failed;
@@ -427,6 +436,10 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		return error_prefix(r, "synchronizing device %d", d);
 
 	start = now_monotonic_s();
+	/* hash what is kept; in retain mode, release unchanged chunks */
+	r = checksum_sleep(e, d, items, count, t);
+	if (r < 0)
+		return r;
 	r = prep_start(&prep, e, d, items, count);
 	if (r < 0) {
 		prep_finish(&prep);
@@ -681,6 +694,8 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 
 	start = now_monotonic_s();
 	r = restore_device(e, d, items, count, t);
+	if (r == 0)
+		r = checksum_verify(e, d, items, count, t);
 	if (r < 0)
 		return r;
 	t->copy_s += now_monotonic_s() - start;
@@ -716,6 +731,7 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 
 		if (!it->mapped_here)
 			continue;
+		checksum_commit(e, it);
 		c->host_valid = false;
 		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
 			host_release(e, it->tag, c);

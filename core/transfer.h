@@ -74,6 +74,9 @@ struct engine {
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
 	bool serial_devices; /* DORMANT_PARALLEL_DEVICES=0: one device after another */
 	atomic_bool devices_stop; /* a device failed: the others stop early */
+	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */
+	bool skip_unchanged;          /* retain mode: release unchanged chunks uncopied */
+	_Atomic bool checksum_warned; /* said once that the backend cannot hash */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -91,6 +94,8 @@ struct xfer_item {
 
 struct xfer_totals {
 	uint64_t copied, released, mapped, zeroed, skipped;
+	uint64_t unchanged;            /* sleep: kept bytes not copied, unchanged (verify.h) */
+	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
