@@ -131,7 +131,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	struct backend_config config = { 0 };
 	struct dormant_options o = { 0 };
 	size_t pin_piece = HOSTBUF_PIN_PIECE;
-	bool pin_host = true;
+	bool pin_host = true, wake_overlap = true;
 	pthread_condattr_t attr;
 	struct dormant *m;
 	const char *env;
@@ -154,6 +154,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	 * pinned memory is scarce. */
 	if ((env = getenv("DORMANT_PIN_HOST")) && strcmp(env, "0") == 0)
 		pin_host = false;
+	/* The wake's order before the mapper (map all, then copy), to compare. */
+	if ((env = getenv("DORMANT_WAKE_OVERLAP")) && strcmp(env, "0") == 0)
+		wake_overlap = false;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
@@ -183,6 +186,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	}
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
 		    pin_piece, pin_host);
+	m->engine.wake_overlap = wake_overlap;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

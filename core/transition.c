@@ -310,6 +310,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		.bytes_zeroed = t->totals.zeroed,
 		.bytes_skipped = t->totals.skipped,
 		.copy_gbps = rep->copy_gbps,
+		.times = t->totals.times,
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
@@ -417,6 +418,7 @@ settle:
 	rep->bytes_mapped = t.totals.mapped;
 	rep->bytes_zeroed = t.totals.zeroed;
 	rep->bytes_skipped = t.totals.skipped;
+	rep->times = t.totals.times;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
 	pthread_mutex_lock(&m->lock);
 	settle(m, &t, r);
