@@ -119,7 +119,7 @@ class SyntheticTrainer:
             self.grads = torch.zeros(n, dtype=torch.float32, device="cuda")
         g = torch.Generator(device="cuda").manual_seed(1234)
         with dm.region("optimizer"):
-            self.main = [torch.randn(per, device="cuda", generator=g) * 0.02
+            self.main = [torch.empty(per, device="cuda").normal_(0, 0.02, generator=g)
                          for _ in range(layers)]
             self.m = [torch.zeros(per, device="cuda") for _ in range(layers)]
             self.v = [torch.zeros(per, device="cuda") for _ in range(layers)]
@@ -358,9 +358,9 @@ def rollout_main(args):
             torch.cuda.synchronize()
             write_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            check = 0
-            for h in held:                    # read all of it, and some matmuls
-                check += int(h.view(torch.float16).float().sum().item() != 0)
+            # read all of it (sums that allocate nothing large), and matmuls
+            sums = [torch.sum(h.view(torch.float16)) for h in held]
+            check = sum(int(x.item() != 0) for x in sums)
             side = 4096
             for h in held[:8]:
                 if h.numel() >= 2 * side * side:
@@ -369,6 +369,7 @@ def rollout_main(args):
             torch.cuda.synchronize()
             compute_s = time.perf_counter() - t0
             say("HELD " + json.dumps({"bytes": got, "tensors": len(held), "free_before": free,
+                                      "nonzero_sums": check,
                                       "total": total, "take_s": take_s, "write_s": write_s,
                                       "compute_s": compute_s,
                                       "free_after": torch.cuda.mem_get_info()[0]}))
@@ -506,8 +507,14 @@ def pinned_ceiling(backend):
     """Best GB/s of one pinned 1 GiB copy each way (as the other benches)."""
     if backend == "host":
         return {"d2h": 0.0, "h2d": 0.0}
-    from megatron_core import pinned_ceiling as measure  # bench/megatron_core.py
-    return measure()
+    # In a process of its own: this one must hold no GPU memory (nor a
+    # context) that the rollout could otherwise have.
+    p = subprocess.run([sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); "
+                        "import megatron_core; print(json.dumps(megatron_core.pinned_ceiling()))",
+                        str(HERE)], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"measuring the pinned-copy ceiling failed: {p.stderr[-500:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def transition(client, action, tags):
@@ -531,6 +538,8 @@ def run_trainer(args, overlap, ceiling, out, checks):
     env["PYTHONPATH"] = str(REPO / "python") + (":" + env["PYTHONPATH"]
                                                  if env.get("PYTHONPATH") else "")
     env["DORMANT_WAKE_OVERLAP"] = "1" if overlap else "0"
+    if args.no_empty_cache:
+        env["DORMANT_TORCH_EMPTY_CACHE"] = "0"
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     kind = "host" if args.backend == "host" else args.trainer
     label = f"{kind}-overlap{int(overlap)}"
@@ -665,7 +674,8 @@ def table(results, ceiling, args):
         lines.append(f"pinned ceiling: device->host {ceiling['d2h']:.1f} GB/s, host->device "
                      f"{ceiling['h2d']:.1f} GB/s (1 GiB, best of 5)")
     lines.append(f"{'run':20s} {'kept GB':>7s} {'sleep s':>7s} {'ratio':>5s} {'wake s':>7s} "
-                 f"{'ratio':>5s} {'awake MiB':>9s} {'asleep MiB':>10s} {'rollout GiB':>11s}")
+                 f"{'ratio':>5s} {'awake MiB':>9s} {'asleep MiB':>10s} {'rollout GiB':>11s} "
+                 f"{'idle MiB':>8s}")
     for r in results:
         if "sleep_s" not in r:
             lines.append(f"{r['label']:20s} ERROR {r.get('error', 'no phase ran')}")
@@ -674,7 +684,7 @@ def table(results, ceiling, args):
                      f"{fmt(r['sleep_ratio'], '5.2f')} {r['wake_s']:7.3f} "
                      f"{fmt(r['wake_ratio'], '5.2f')} {fmt(r['trainer_awake_mib'], '9d')} "
                      f"{fmt(r['trainer_asleep_mib'], '10d')} "
-                     f"{r['rollout_bytes'] / GiB:11.1f}")
+                     f"{r['rollout_bytes'] / GiB:11.1f} {fmt(r['rollout_idle_mib'], '8d')}")
     lines.append("parts (median s)      " + " ".join(f"{k[:-2]:>9s}" for k in (
         "sync_s", "host_prep_s", "host_pin_s", "host_wait_s", "copy_s", "release_s", "map_s",
         "map_wait_s", "zero_wait_s")))
@@ -735,6 +745,8 @@ def main():
                     help="what the rollout leaves free")
     ap.add_argument("--rollout-alloc", choices=("torch", "cumem"), default="torch")
     ap.add_argument("--rollout-tensors", type=int, default=64)
+    ap.add_argument("--no-empty-cache", action="store_true",
+                    help="the trainer keeps PyTorch's cache asleep (DORMANT_TORCH_EMPTY_CACHE=0)")
     ap.add_argument("--host-device-bytes", type=int, default=256 * MiB,
                     help="host backend: the simulated device's size")
     ap.add_argument("--out", default=os.environ.get("OUT", tempfile.gettempdir() + "/handover"))
