@@ -76,23 +76,28 @@ int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *i
 int mapper_wait(struct mapper *mp, struct xfer_item *it)
 {
 	size_t k = mp->next;
+	double start;
 	int r = 0;
 
 	if (k == mp->count || mp->queue[k] != it)
 		return 0; /* not one of ours: mapped already */
 	mp->next++;
 	if (!mp->running) {
+		start = now_monotonic_s();
 		r = mapper_map_one(mp->e, it);
 		if (r == 0)
 			mp->done = k + 1;
+		mp->wait_s += now_monotonic_s() - start;
 		return r;
 	}
+	start = now_monotonic_s();
 	pthread_mutex_lock(&mp->lock);
 	while (mp->done <= k && !mp->error)
 		pthread_cond_wait(&mp->cond, &mp->lock);
 	if (mp->done <= k)
 		r = error_set(mp->error, "%s", mp->message);
 	pthread_mutex_unlock(&mp->lock);
+	mp->wait_s += now_monotonic_s() - start;
 	return r;
 }
 
@@ -103,6 +108,7 @@ void mapper_finish(struct mapper *mp, struct xfer_totals *t)
 	pthread_mutex_unlock(&mp->lock);
 	if (mp->running)
 		pthread_join(mp->thread, NULL);
+	t->times.map_wait_s += mp->wait_s;
 	/* Counted here, on the consumer's thread, once the thread is done. */
 	for (size_t k = 0; k < mp->count; k++) {
 		struct xfer_item *it = mp->queue[k];

@@ -28,6 +28,7 @@ struct mapper {
 	pthread_cond_t cond;
 	size_t done;    /* queue[0..done) are mapped */
 	size_t next;    /* the consumer's next queue entry */
+	double wait_s;  /* the consumer's time waiting for mappings */
 	bool stop;
 	int error;
 	char message[DORMANT_ERROR_MAX];

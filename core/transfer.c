@@ -421,9 +421,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 
 		if (it->alloc->device != d)
 			continue;
-		wait = now_monotonic_s();
 		r = mapper_wait(&mp, it);
-		t->times.map_wait_s += now_monotonic_s() - wait;
 		if (r < 0)
 			goto err;
 		if (!it->mapped_here)
