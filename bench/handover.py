@@ -258,6 +258,15 @@ class HostTrainer:
         return self.n
 
 
+def corrupt(t):
+    """Change one kept byte (tests of the benchmark's own check)."""
+    if isinstance(t, HostTrainer):
+        b = t.dm.copy_to_host(t.weights, 1)
+        t.dm.copy_to_device(t.weights, bytes([b[0] ^ 1]))
+    else:
+        t.kept_tensors()[0].view(-1)[7] += 1
+
+
 def trainer_main(args):
     import dormant
     dm = dormant.Manager(backend=args.backend, host_mode=args.host_mode,
@@ -299,6 +308,8 @@ def trainer_main(args):
                 expected, pointers = digest(), t.pointers()
                 say(f"STEPPED {n} {expected}")
             elif cmd == "verify":
+                if args.test_corrupt_step == getattr(t, "steps", None):
+                    corrupt(t)             # tests: the check must see it
                 got = digest()
                 same_ptrs = t.pointers() == pointers
                 ok = got == expected and same_ptrs
@@ -548,6 +559,8 @@ def run_trainer(args, overlap, ceiling, out, checks):
            str(args.layers), "--host-mode", args.host_mode, "--host-device-bytes",
            str(args.host_device_bytes), "--mcore-layers", str(args.mcore_layers),
            "--mcore-hidden", str(args.mcore_hidden), "--mcore-heads", str(args.mcore_heads)]
+    if args.test_corrupt_step is not None:
+        cmd += ["--test-corrupt-step", str(args.test_corrupt_step)]
     trainer = Proc("trainer", cmd, env, out / f"trainer-{label}.log")
     rollout = None
     result = {"label": label, "trainer": args.trainer, "wake_overlap": overlap, "phases": []}
@@ -560,7 +573,7 @@ def run_trainer(args, overlap, ceiling, out, checks):
         retrying = Client([url], retries=60, backoff=0.05, max_delay=0.5,
                           raise_on_error=False, timeout=120)
         if args.backend == "host":
-            rollout = HostRollout(trainer, args.host_device_bytes, 0)
+            rollout = HostRollout(trainer, args.host_device_bytes, args.host_rollout_leave)
         else:
             rollout = GpuRollout(args, env, out / f"rollout-{label}.log")
         tags = None  # every tag
@@ -749,6 +762,8 @@ def main():
                     help="the trainer keeps PyTorch's cache asleep (DORMANT_TORCH_EMPTY_CACHE=0)")
     ap.add_argument("--host-device-bytes", type=int, default=256 * MiB,
                     help="host backend: the simulated device's size")
+    ap.add_argument("--host-rollout-leave", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--test-corrupt-step", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT", tempfile.gettempdir() + "/handover"))
     args = ap.parse_args()
     if args.role == "trainer":
