@@ -674,6 +674,8 @@ def summarize(r, ceiling):
         vals = [p[k] for p in steady if p.get(k) is not None]
         r[k] = med(vals)
     r["rollout_bytes"] = med([p["rollout"]["bytes"] for p in steady])
+    r["rollout_take_s"] = med([p["rollout"]["take_s"] for p in steady])
+    r["rollout_free_s"] = med([p["rollout_free"].get("free_s", 0.0) for p in steady])
     return r
 
 
@@ -688,7 +690,7 @@ def table(results, ceiling, args):
                      f"{ceiling['h2d']:.1f} GB/s (1 GiB, best of 5)")
     lines.append(f"{'run':20s} {'kept GB':>7s} {'sleep s':>7s} {'ratio':>5s} {'wake s':>7s} "
                  f"{'ratio':>5s} {'awake MiB':>9s} {'asleep MiB':>10s} {'rollout GiB':>11s} "
-                 f"{'idle MiB':>8s}")
+                 f"{'idle MiB':>8s} {'take s':>6s} {'free s':>6s}")
     for r in results:
         if "sleep_s" not in r:
             lines.append(f"{r['label']:20s} ERROR {r.get('error', 'no phase ran')}")
@@ -697,7 +699,8 @@ def table(results, ceiling, args):
                      f"{fmt(r['sleep_ratio'], '5.2f')} {r['wake_s']:7.3f} "
                      f"{fmt(r['wake_ratio'], '5.2f')} {fmt(r['trainer_awake_mib'], '9d')} "
                      f"{fmt(r['trainer_asleep_mib'], '10d')} "
-                     f"{r['rollout_bytes'] / GiB:11.1f} {fmt(r['rollout_idle_mib'], '8d')}")
+                     f"{r['rollout_bytes'] / GiB:11.1f} {fmt(r['rollout_idle_mib'], '8d')} "
+                     f"{r['rollout_take_s']:6.2f} {r['rollout_free_s']:6.2f}")
     lines.append("parts (median s)      " + " ".join(f"{k[:-2]:>9s}" for k in (
         "sync_s", "host_prep_s", "host_pin_s", "host_wait_s", "copy_s", "release_s", "map_s",
         "map_wait_s", "zero_wait_s")))
