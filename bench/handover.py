@@ -349,44 +349,11 @@ def rollout_main(args):
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "take":
-            t0 = time.perf_counter()
-            free, total = torch.cuda.mem_get_info()
-            want = max(0, free - args.margin_mib * MiB)
-            per = max(2 * MiB, want // args.rollout_tensors // (2 * MiB) * (2 * MiB))
-            held = []
-            got = 0
-            while got + per <= want:
-                try:
-                    held.append(torch.empty(per, dtype=torch.uint8, device="cuda"))
-                    got += per
-                except torch.cuda.OutOfMemoryError:
-                    break
-            torch.cuda.synchronize()
-            take_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for i, h in enumerate(held):
-                h.fill_(i & 0xFF)             # write all of it (the KV cache filling)
-            torch.cuda.synchronize()
-            write_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            # read all of it (sums that allocate nothing large), and matmuls
-            sums = [torch.sum(h.view(torch.float16)) for h in held]
-            check = sum(int(x.item() != 0) for x in sums)
-            side = 4096
-            for h in held[:8]:
-                if h.numel() >= 2 * side * side:
-                    m = h[:2 * side * side].view(torch.bfloat16).view(side, side)
-                    torch.mm(m, m, out=a)
-            torch.cuda.synchronize()
-            compute_s = time.perf_counter() - t0
-            say("HELD " + json.dumps({"bytes": got, "tensors": len(held), "free_before": free,
-                                      "nonzero_sums": check,
-                                      "total": total, "take_s": take_s, "write_s": write_s,
-                                      "compute_s": compute_s,
-                                      "free_after": torch.cuda.mem_get_info()[0]}))
+            held, info = rollout_take(args, torch, a)
+            say("HELD " + json.dumps(info))
         elif cmd == "free":
             t0 = time.perf_counter()
-            held = []
+            held.clear()              # the tensors go: nothing else holds them
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             say("FREED " + json.dumps({"free_s": time.perf_counter() - t0,
@@ -394,6 +361,46 @@ def rollout_main(args):
         elif cmd == "quit":
             break
     os._exit(0)
+
+
+def rollout_take(args, torch, a):
+    """Take all free memory but the margin, write it, compute on it; returns
+    (the tensors, what it did). Nothing else keeps a reference to them once
+    the caller drops the list."""
+    t0 = time.perf_counter()
+    free, total = torch.cuda.mem_get_info()
+    want = max(0, free - args.margin_mib * MiB)
+    per = max(2 * MiB, want // args.rollout_tensors // (2 * MiB) * (2 * MiB))
+    held = []
+    got = 0
+    while got + per <= want:
+        try:
+            held.append(torch.empty(per, dtype=torch.uint8, device="cuda"))
+            got += per
+        except torch.cuda.OutOfMemoryError:
+            break
+    torch.cuda.synchronize()
+    take_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i, h in enumerate(held):
+        h.fill_(i & 0xFF)             # write all of it (the KV cache filling)
+    torch.cuda.synchronize()
+    write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # read all of it (sums that allocate nothing large), and matmuls
+    sums = [torch.sum(h.view(torch.float16)) for h in held]
+    check = sum(int(x.item() != 0) for x in sums)
+    side = 4096
+    for h in held[:8]:
+        if h.numel() >= 2 * side * side:
+            m = h[:2 * side * side].view(torch.bfloat16).view(side, side)
+            torch.mm(m, m, out=a)
+    torch.cuda.synchronize()
+    compute_s = time.perf_counter() - t0
+    return held, {"bytes": got, "tensors": len(held), "free_before": free,
+                  "nonzero_sums": check, "total": total, "take_s": take_s,
+                  "write_s": write_s, "compute_s": compute_s,
+                  "free_after": torch.cuda.mem_get_info()[0]}
 
 
 class HostRollout:
@@ -680,7 +687,9 @@ def summarize(r, ceiling):
 
 
 def fmt(x, spec, none="-"):
-    return none if x is None else format(x, spec)
+    if x is None:
+        return none
+    return format(round(x) if spec.endswith("d") else x, spec)
 
 
 def table(results, ceiling, args):
