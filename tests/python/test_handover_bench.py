@@ -10,8 +10,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench" / "handover.py"
 SMALL = ["--backend", "host", "--kept-gb", "0.01", "--layers", "4", "--phases", "2",
