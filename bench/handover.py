@@ -33,7 +33,8 @@ Per phase it records sleep and wake seconds with their parts (the report's
 their speed as a fraction of the pinned-copy ceiling measured in the same
 run, the GPU memory each process holds awake and asleep (nvidia-smi), and
 what the rollout got. --overlap 1,0 runs the trainer twice, with and without
-the wake's map-ahead thread (DORMANT_WAKE_OVERLAP), so one run shows both.
+the wake's map-ahead thread (DORMANT_WAKE_OVERLAP), so one run shows both; a
+value N above 1 maps ahead on N threads (DORMANT_WAKE_MAP_THREADS=N).
 
   python3 bench/handover.py [--trainer synthetic|mcore] [--kept-gb 15]
       [--phases 4] [--overlap 1,0] [--rollout-alloc torch|cumem] [--out DIR]
@@ -550,17 +551,22 @@ def part_row(report):
 
 
 def run_trainer(args, overlap, ceiling, out, checks):
+    """overlap: 0 (map every chunk first), 1 (map ahead on a thread) or N
+    (map ahead on N threads)."""
     """One trainer process through args.phases handovers; its result dict."""
     from dormant.client import Client
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "python") + (":" + env["PYTHONPATH"]
                                                  if env.get("PYTHONPATH") else "")
     env["DORMANT_WAKE_OVERLAP"] = "1" if overlap else "0"
+    env.pop("DORMANT_WAKE_MAP_THREADS", None)
+    if overlap > 1:
+        env["DORMANT_WAKE_MAP_THREADS"] = str(overlap)
     if args.no_empty_cache:
         env["DORMANT_TORCH_EMPTY_CACHE"] = "0"
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     kind = "host" if args.backend == "host" else args.trainer
-    label = f"{kind}-overlap{int(overlap)}"
+    label = f"{kind}-map{overlap}" if overlap > 1 else f"{kind}-overlap{overlap}"
     cmd = [sys.executable, __file__, "--role", "trainer", "--backend", args.backend,
            "--trainer", args.trainer, "--kept-gb", str(args.kept_gb), "--layers",
            str(args.layers), "--host-mode", args.host_mode, "--host-device-bytes",
@@ -570,7 +576,8 @@ def run_trainer(args, overlap, ceiling, out, checks):
         cmd += ["--test-corrupt-step", str(args.test_corrupt_step)]
     trainer = Proc("trainer", cmd, env, out / f"trainer-{label}.log")
     rollout = None
-    result = {"label": label, "trainer": args.trainer, "wake_overlap": overlap, "phases": []}
+    result = {"label": label, "trainer": args.trainer, "wake_overlap": overlap > 0,
+              "map_threads": max(overlap, 1), "phases": []}
     try:
         ready = json.loads(trainer.expect("READY"))
         result.update(params=ready["params"], build_s=ready["build_s"],
@@ -733,7 +740,7 @@ def driver_main(args):
     ceiling = pinned_ceiling(args.backend)
     checks = []
     results = []
-    for overlap in [x.strip() == "1" for x in args.overlap.split(",") if x.strip()]:
+    for overlap in [int(x) for x in args.overlap.split(",") if x.strip()]:
         results.append(run_trainer(args, overlap, ceiling, out, checks))
         (out / "handover.json").write_text(json.dumps(
             {"ceiling_gbps": ceiling, "results": results,
@@ -764,7 +771,8 @@ def main():
     ap.add_argument("--early-wake-phases", type=int, default=1,
                     help="phases that first try a wake while the rollout holds the memory")
     ap.add_argument("--overlap", default="1,0",
-                    help="DORMANT_WAKE_OVERLAP values to run the trainer with")
+                    help="wake orders to run the trainer with: 0 map first, 1 map ahead, "
+                    "N map ahead on N threads")
     ap.add_argument("--host-mode", choices=("release", "retain"), default="release")
     ap.add_argument("--margin-mib", type=int, default=1024,
                     help="what the rollout leaves free")

@@ -132,6 +132,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	struct dormant_options o = { 0 };
 	size_t pin_piece = HOSTBUF_PIN_PIECE;
 	bool pin_host = true, wake_overlap = true;
+	unsigned map_threads = 1;
 	pthread_condattr_t attr;
 	struct dormant *m;
 	const char *env;
@@ -157,6 +158,15 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	/* The wake's order before the mapper (map all, then copy), to compare. */
 	if ((env = getenv("DORMANT_WAKE_OVERLAP")) && strcmp(env, "0") == 0)
 		wake_overlap = false;
+	if ((env = getenv("DORMANT_WAKE_MAP_THREADS")) && *env) {
+		char *end;
+		unsigned long n = strtoul(env, &end, 10);
+
+		if (*end || n < 1 || n > 8)
+			return error_set(-EINVAL, "DORMANT_WAKE_MAP_THREADS must be 1 to 8, not \"%s\"",
+					 env);
+		map_threads = (unsigned)n;
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
@@ -187,6 +197,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
 		    pin_piece, pin_host);
 	m->engine.wake_overlap = wake_overlap;
+	m->engine.map_threads = map_threads;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -25,27 +25,30 @@ int mapper_map_one(struct engine *e, struct xfer_item *it)
 	return 0;
 }
 
+/* Each thread claims the next chunk in order and maps it. */
 static void *mapper_main(void *arg)
 {
 	struct mapper *mp = arg;
 
-	for (size_t k = 0; k < mp->count; k++) {
+	for (;;) {
+		size_t k;
 		int r;
 
 		pthread_mutex_lock(&mp->lock);
-		if (mp->stop) {
+		if (mp->stop || mp->error || mp->claimed == mp->count) {
 			pthread_mutex_unlock(&mp->lock);
 			break;
 		}
+		k = mp->claimed++;
 		pthread_mutex_unlock(&mp->lock);
 		r = mapper_map_one(mp->e, mp->queue[k]);
 		pthread_mutex_lock(&mp->lock);
-		if (r < 0) {
+		if (r < 0 && !mp->error) {
 			mp->error = r;
 			snprintf(mp->message, sizeof(mp->message), "%s", dormant_last_error());
-		} else {
-			mp->done = k + 1;
 		}
+		if (r == 0)
+			mp->mapped[k] = true;
 		pthread_cond_broadcast(&mp->cond);
 		pthread_mutex_unlock(&mp->lock);
 		if (r < 0)
@@ -57,19 +60,25 @@ static void *mapper_main(void *arg)
 int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *items,
 		 size_t count)
 {
+	unsigned threads = MIN(MAX(e->map_threads, 1u), (unsigned)MAPPER_THREADS_MAX);
+
 	memset(mp, 0, sizeof(*mp));
 	mp->e = e;
 	mp->device = d;
 	pthread_mutex_init(&mp->lock, NULL);
 	pthread_cond_init(&mp->cond, NULL);
 	mp->queue = malloc(MAX(count, (size_t)1) * sizeof(*mp->queue));
-	if (!mp->queue)
+	mp->mapped = calloc(MAX(count, (size_t)1), sizeof(*mp->mapped));
+	if (!mp->queue || !mp->mapped)
 		return error_set(-ENOMEM, "out of host memory");
 	for (size_t i = 0; i < count; i++)
 		if (items[i].alloc->device == d && !items[i].chunk->mapped)
 			mp->queue[mp->count++] = &items[i];
-	if (mp->count && pthread_create(&mp->thread, NULL, mapper_main, mp) == 0)
-		mp->running = true;
+	threads = (unsigned)MIN((size_t)threads, mp->count);
+	/* Without a thread, mapper_wait() maps each chunk itself. */
+	while (mp->running < threads &&
+	       pthread_create(&mp->threads[mp->running], NULL, mapper_main, mp) == 0)
+		mp->running++;
 	return 0;
 }
 
@@ -82,19 +91,18 @@ int mapper_wait(struct mapper *mp, struct xfer_item *it)
 	if (k == mp->count || mp->queue[k] != it)
 		return 0; /* not one of ours: mapped already */
 	mp->next++;
+	start = now_monotonic_s();
 	if (!mp->running) {
-		start = now_monotonic_s();
 		r = mapper_map_one(mp->e, it);
-		if (r == 0)
-			mp->done = k + 1;
 		mp->wait_s += now_monotonic_s() - start;
 		return r;
 	}
-	start = now_monotonic_s();
 	pthread_mutex_lock(&mp->lock);
-	while (mp->done <= k && !mp->error)
+	while (!mp->mapped[k] && !mp->error)
 		pthread_cond_wait(&mp->cond, &mp->lock);
-	if (mp->done <= k)
+	/* a chunk mapped before a later one failed is used: the wake fails at
+	 * the first chunk that has no memory, whichever thread was first */
+	if (!mp->mapped[k])
 		r = error_set(mp->error, "%s", mp->message);
 	pthread_mutex_unlock(&mp->lock);
 	mp->wait_s += now_monotonic_s() - start;
@@ -106,10 +114,10 @@ void mapper_finish(struct mapper *mp, struct xfer_totals *t)
 	pthread_mutex_lock(&mp->lock);
 	mp->stop = true;
 	pthread_mutex_unlock(&mp->lock);
-	if (mp->running)
-		pthread_join(mp->thread, NULL);
+	for (unsigned i = 0; i < mp->running; i++)
+		pthread_join(mp->threads[i], NULL);
 	t->times.map_wait_s += mp->wait_s;
-	/* Counted here, on the consumer's thread, once the thread is done. */
+	/* Counted here, on the consumer's thread, once the threads are done. */
 	for (size_t k = 0; k < mp->count; k++) {
 		struct xfer_item *it = mp->queue[k];
 
@@ -120,5 +128,6 @@ void mapper_finish(struct mapper *mp, struct xfer_totals *t)
 	}
 	pthread_cond_destroy(&mp->cond);
 	pthread_mutex_destroy(&mp->lock);
+	free(mp->mapped);
 	free(mp->queue);
 }

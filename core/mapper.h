@@ -7,8 +7,11 @@
  * already mapped run: the wake costs about the larger of the two instead of
  * their sum. The consumer takes the chunks in the same order and waits for
  * each one's mapping. The first failure (out of memory: another process
- * still holds it) stops the thread; the consumer sees it at the next chunk,
+ * still holds it) stops the threads; the consumer sees it at the next chunk,
  * and the wake gives back everything mapped (mapped_here), as before.
+ * DORMANT_WAKE_MAP_THREADS (1 by default) threads map, each claiming the
+ * next chunk in order: whether the driver maps faster so is for the GPU to
+ * say (bench/handover.py).
  */
 #ifndef DORMANT_MAPPER_H
 #define DORMANT_MAPPER_H
@@ -19,6 +22,8 @@
 
 #include "transfer.h"
 
+#define MAPPER_THREADS_MAX 8
+
 struct mapper {
 	struct engine *e;
 	int device;
@@ -26,18 +31,20 @@ struct mapper {
 	size_t count;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	size_t done;    /* queue[0..done) are mapped */
+	bool *mapped;   /* per queue entry: its mapping is done */
+	size_t claimed; /* queue[0..claimed) were taken by a thread */
 	size_t next;    /* the consumer's next queue entry */
 	double wait_s;  /* the consumer's time waiting for mappings */
 	bool stop;
-	int error;
+	int error;      /* the first failure; the threads stop */
 	char message[DORMANT_ERROR_MAX];
-	pthread_t thread;
-	bool running;
+	pthread_t threads[MAPPER_THREADS_MAX];
+	unsigned running;
 };
 
-/* Queue device d's unmapped chunks of items and start mapping them (on a
- * thread; without one, mapper_wait() maps each chunk itself). -ENOMEM. */
+/* Queue device d's unmapped chunks of items and start mapping them (on
+ * e->map_threads threads; without one, mapper_wait() maps each chunk
+ * itself). -ENOMEM. */
 int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *items,
 		 size_t count);
 /* Wait until it is mapped (call in items order; items not queued return at

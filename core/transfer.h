@@ -69,6 +69,7 @@ struct engine {
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
 	bool wake_overlap; /* wake: map chunks on a thread while earlier ones copy */
+	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
 	/* time spent in these calls, on any thread (dormant_transition_times) */
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
 	struct engine_device devices[DORMANT_DEVICES_MAX];

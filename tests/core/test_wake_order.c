@@ -32,8 +32,9 @@ static void *alloc_tag(struct dormant *m, const char *tag, size_t size)
 	return p;
 }
 
-/* 4 MiB chunks: weights 3, optimizer 1, grads 1 (discarded), in that order. */
-static struct scene scene_new(bool overlap)
+/* 4 MiB chunks: weights 3, optimizer 1, grads 1 (discarded), in that order.
+ * threads: DORMANT_WAKE_MAP_THREADS (NULL: unset). */
+static struct scene scene_with(bool overlap, const char *threads)
 {
 	struct scene s;
 
@@ -41,8 +42,11 @@ static struct scene scene_new(bool overlap)
 		unsetenv("DORMANT_WAKE_OVERLAP");
 	else
 		setenv("DORMANT_WAKE_OVERLAP", "0", 1);
+	if (threads)
+		setenv("DORMANT_WAKE_MAP_THREADS", threads, 1);
 	s.m = manager_with(DORMANT_HOST_RELEASE, 4 * MiB);
 	unsetenv("DORMANT_WAKE_OVERLAP");
+	unsetenv("DORMANT_WAKE_MAP_THREADS");
 	cr_assert_eq(dormant_set_policy(s.m, "grads", DORMANT_DISCARD), 0);
 	s.w = alloc_tag(s.m, "weights", W_SIZE);
 	s.o = alloc_tag(s.m, "optimizer", O_SIZE);
@@ -51,6 +55,11 @@ static struct scene scene_new(bool overlap)
 	fill(s.m, s.o, O_SIZE, 22);
 	fill(s.m, s.g, G_SIZE, 23);
 	return s;
+}
+
+static struct scene scene_new(bool overlap)
+{
+	return scene_with(overlap, NULL);
 }
 
 static void expect_intact(struct scene *s)
@@ -171,4 +180,50 @@ Test(times, transitions_say_where_their_time_went)
 		expect_intact(&s);
 		dormant_destroy(s.m);
 	}
+}
+
+/* Several mapper threads (DORMANT_WAKE_MAP_THREADS): whichever chunk's
+ * creation or mapping fails, the wake fails cleanly and the retry works. */
+Test(wake_order, several_mapper_threads_fail_cleanly_and_restore_everything)
+{
+	static const enum dormant_fault_op ops[] = { DORMANT_FAULT_CREATE, DORMANT_FAULT_MAP };
+
+	for (size_t o = 0; o < 2; o++)
+		for (unsigned n = 1; n <= 6; n++) {
+			struct scene s = scene_with(true, "4");
+			uint64_t awake = stats(s.m)->device_bytes;
+			struct dormant_report rep;
+			int r;
+
+			cr_assert_eq(dormant_sleep(s.m, NULL, NULL), 0, "%s", dormant_last_error());
+			dormant_debug_inject_fault(s.m, ops[o], n, -ENOMEM, false);
+			r = dormant_wake(s.m, NULL, &rep);
+			dormant_debug_inject_fault(s.m, ops[o], 0, 0, false);
+			cr_expect_eq(r, n <= 5 ? -ENOMEM : 0, "op %zu, n %u: %s", o, n, rep.error);
+			if (r < 0) {
+				cr_expect_eq(stats(s.m)->device_bytes, 0, "op %zu, n %u", o, n);
+				cr_expect_eq(tag_stats(stats(s.m), "weights")->state, DORMANT_ASLEEP);
+				cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "retry: %s", rep.error);
+			}
+			cr_expect_eq(stats(s.m)->device_bytes, awake,
+				     "op %zu, n %u: every chunk mapped once", o, n);
+			expect_intact(&s);
+			dormant_destroy(s.m);
+		}
+}
+
+Test(wake_order, bad_map_thread_counts_are_refused)
+{
+	static const char *bad[] = { "0", "9", "two", "" };
+
+	for (size_t i = 0; i < 3; i++) {
+		struct dormant_options o = { .backend = "host" };
+		struct dormant *m = NULL;
+
+		setenv("DORMANT_WAKE_MAP_THREADS", bad[i], 1);
+		cr_expect_eq(dormant_new(&o, &m), -EINVAL, "\"%s\"", bad[i]);
+		cr_expect_null(m);
+		cr_expect(strstr(dormant_last_error(), "DORMANT_WAKE_MAP_THREADS") != NULL);
+	}
+	unsetenv("DORMANT_WAKE_MAP_THREADS");
 }
