@@ -477,6 +477,27 @@ err_mapper:
 	return r;
 }
 
+/* Before a wake that maps ahead of its copies: a device that has less free
+ * memory than the wake maps (another process still holds it) fails it at
+ * once, before any copy, as the map-first order did. When the device cannot
+ * tell, the mappings decide. */
+static int room_check(struct engine *e, int d, struct xfer_item *items, size_t count)
+{
+	uint64_t need = 0, free_bytes, total;
+
+	for (size_t i = 0; i < count; i++)
+		if (items[i].alloc->device == d && !items[i].chunk->mapped)
+			need += items[i].chunk->size;
+	if (e->backend->ops->mem_info(e->backend, d, &free_bytes, &total) < 0)
+		return 0;
+	if (free_bytes >= need)
+		return 0;
+	return error_set(-ENOMEM,
+			 "device %d has %llu bytes free and the wake maps %llu: another process "
+			 "holds the memory (retry once it gives it back)",
+			 d, (unsigned long long)free_bytes, (unsigned long long)need);
+}
+
 static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 		      struct xfer_totals *t)
 {
@@ -496,11 +517,19 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 			goto err;
 		devices[d] = true;
 	}
+	for (int d = 0; d < DORMANT_DEVICES_MAX && e->wake_overlap; d++) {
+		if (!devices[d])
+			continue;
+		r = room_check(e, d, items, count);
+		if (r < 0)
+			goto err;
+	}
 	/* The order before the mapper (DORMANT_WAKE_OVERLAP=0): map everything
 	 * first, so that a wake short of memory fails before any copy. With
-	 * the mapper, the copies start at once and such a wake fails at the
-	 * first chunk that does not fit (the host copies stay intact either
-	 * way). */
+	 * the mapper, the copies start at once; a wake short of memory fails
+	 * at room_check(), or (memory taken meanwhile, fragmentation) at the
+	 * first chunk that does not fit. The host copies stay intact either
+	 * way. */
 	for (size_t i = 0; i < count && !e->wake_overlap; i++) {
 		struct xfer_item *it = &items[i];
 

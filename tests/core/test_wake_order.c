@@ -145,6 +145,12 @@ Test(wake_order, a_full_device_refuses_the_wake_in_both_orders)
 			     "%s", dormant_last_error());
 		cr_expect_eq(dormant_wake(s.m, NULL, &rep), -ENOMEM, "overlap %d", overlap);
 		cr_expect_eq(stats(s.m)->device_bytes, 0);
+		/* the map-first order fails at a mapping; mapping ahead at the
+		 * check of free memory: neither copied a byte */
+		cr_expect_eq(rep.bytes_copied, 0, "overlap %d: copied %llu before failing", overlap,
+			     (unsigned long long)rep.bytes_copied);
+		cr_expect(strstr(rep.error, overlap ? "bytes free" : "mapping") != NULL, "%s",
+			  rep.error);
 		cr_assert_eq(dormant_debug_occupy(s.m, 0, 0), 0);
 		cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "%s", rep.error);
 		expect_intact(&s);
