@@ -657,8 +657,15 @@ def run_trainer(args, overlap, ceiling, out, checks):
         row = {"step": int(trainer.ask("step", "STEPPED")[0])}   # trains on after the last
         checks.append((f"{label}: a step after the last wake", True, ""))
     except Exception as e:
-        result["error"] = str(e)[:500]
-        checks.append((f"{label}: ran all phases", False, str(e)[:300]))
+        why = str(e)
+        for name in ("trainer", "rollout"):   # what the children said last
+            log = out / f"{name}-{label}.log"
+            if log.exists():
+                tail = [l for l in log.read_text(errors="replace").splitlines() if l.strip()]
+                if tail:
+                    why += f" | {name} log: " + " / ".join(tail[-3:])[:400]
+        result["error"] = why[:900]
+        checks.append((f"{label}: ran all phases", False, why[:600]))
     finally:
         if rollout is not None:
             rollout.close()
