@@ -749,16 +749,17 @@ def driver_main(args):
     results = []
     for overlap in [int(x) for x in args.overlap.split(",") if x.strip()]:
         results.append(run_trainer(args, overlap, ceiling, out, checks))
+        # after each trainer: a run cut short keeps what it measured
         (out / "handover.json").write_text(json.dumps(
             {"ceiling_gbps": ceiling, "results": results,
              "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
              "args": vars(args)}, indent=1))
-    text = table(results, ceiling, args)
-    failed = [c for c in checks if not c[1]]
-    text += "\n" + f"checks: {len(checks) - len(failed)} of {len(checks)} passed"
-    for c, _, detail in failed:
-        text += f"\nFAILED {c}: {detail}"
-    (out / "handover.txt").write_text(text + "\n")
+        text = table(results, ceiling, args)
+        failed = [c for c in checks if not c[1]]
+        text += "\n" + f"checks: {len(checks) - len(failed)} of {len(checks)} passed"
+        for c, _, detail in failed:
+            text += f"\nFAILED {c}: {detail}"
+        (out / "handover.txt").write_text(text + "\n")
     print(text, flush=True)
     return 1 if failed or not checks else 0
 
