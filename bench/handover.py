@@ -441,6 +441,18 @@ class HostRollout:
 
 # ---- the driver -------------------------------------------------------------------
 
+_children = []   # every Proc started: killed if the driver is stopped
+
+
+def _stop_children(signum, frame):
+    """SIGTERM (timeout(1)) or SIGINT: the children must not outlive the
+    driver, holding GPU memory the next run needs."""
+    for child in _children:
+        if child.p.poll() is None:
+            child.p.kill()
+    os._exit(128 + signum)
+
+
 class Proc:
     """A child speaking the line protocol above."""
 
@@ -449,6 +461,7 @@ class Proc:
         self.log = open(log, "w")
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=self.log, text=True, env=env)
+        _children.append(self)
         self.pid = self.p.pid
         self.lines = []
         self.cond = threading.Condition()
@@ -742,6 +755,9 @@ def table(results, ceiling, args):
 
 
 def driver_main(args):
+    import signal
+    signal.signal(signal.SIGTERM, _stop_children)
+    signal.signal(signal.SIGINT, _stop_children)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ceiling = pinned_ceiling(args.backend)
