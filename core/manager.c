@@ -131,7 +131,8 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	struct backend_config config = { 0 };
 	struct dormant_options o = { 0 };
 	size_t pin_piece = HOSTBUF_PIN_PIECE;
-	bool pin_host = true;
+	bool pin_host = true, wake_overlap = true;
+	unsigned map_threads = 1;
 	pthread_condattr_t attr;
 	struct dormant *m;
 	const char *env;
@@ -154,6 +155,18 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	 * pinned memory is scarce. */
 	if ((env = getenv("DORMANT_PIN_HOST")) && strcmp(env, "0") == 0)
 		pin_host = false;
+	/* The wake's order before the mapper (map all, then copy), to compare. */
+	if ((env = getenv("DORMANT_WAKE_OVERLAP")) && strcmp(env, "0") == 0)
+		wake_overlap = false;
+	if ((env = getenv("DORMANT_WAKE_MAP_THREADS")) && *env) {
+		char *end;
+		unsigned long n = strtoul(env, &end, 10);
+
+		if (*end || n < 1 || n > 8)
+			return error_set(-EINVAL, "DORMANT_WAKE_MAP_THREADS must be 1 to 8, not \"%s\"",
+					 env);
+		map_threads = (unsigned)n;
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
@@ -193,6 +206,8 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	/* retain mode's skip of unchanged chunks: on unless $DORMANT_SKIP_UNCHANGED=0 */
 	env = getenv("DORMANT_SKIP_UNCHANGED");
 	m->engine.skip_unchanged = !(env && strcmp(env, "0") == 0);
+	m->engine.wake_overlap = wake_overlap;
+	m->engine.map_threads = map_threads;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

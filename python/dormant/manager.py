@@ -112,6 +112,12 @@ class Manager:
             (mark_unused()), so they are neither copied nor kept in host
             memory. False turns that off (whole segments are copied); the
             attribute of the same name can change it later.
+        empty_cache_on_sleep: True (the default, unless
+            $DORMANT_TORCH_EMPTY_CACHE is 0): once region() is in use, every
+            sleep first gives back the caching allocator's unused blocks
+            outside dormant's pools (torch.cuda.empty_cache()), so that a
+            sleeping trainer leaves no cached memory behind. False keeps
+            them; the attribute of the same name can change it later.
 
     Every method is safe to call from any thread. Hooks added with on_sleep()
     and on_wake() run on the thread that runs the transition, which may be an
@@ -120,9 +126,11 @@ class Manager:
 
     def __init__(self, *, backend=None, host_mode=None, chunk_bytes=0, guard_timeout_ms=0,
                  copy_threads=0, staging_bytes=0, host_devices=0, host_device_bytes=0,
-                 log=None, mark_free_blocks=True):
+                 log=None, mark_free_blocks=True, empty_cache_on_sleep=None):
         self._init_state()
         self.mark_free_blocks = bool(mark_free_blocks)
+        if empty_cache_on_sleep is not None:
+            self.empty_cache_on_sleep = bool(empty_cache_on_sleep)
         if host_mode not in _library.HOST_MODES:
             raise InvalidArgumentError(
                 f'host_mode must be "retain", "release" or None, not {host_mode!r}', errno.EINVAL)
@@ -156,6 +164,7 @@ class Manager:
         self._torch = None          # the region machinery, once region() is used
         self._log_callback = None
         self.mark_free_blocks = True
+        self.empty_cache_on_sleep = os.environ.get("DORMANT_TORCH_EMPTY_CACHE", "1") != "0"
 
     @classmethod
     def _attach(cls, handle):
