@@ -98,6 +98,74 @@ def gpu_used_mib():
         return None
 
 
+# ---- what the trainer holds asleep ---------------------------------------------
+
+def torch_memory(torch, pools, segments_of):
+    """PyTorch's GPU memory on the current device, split into dormant's pools
+    (pools: the glue's torch.cuda.MemPool objects; segments_of(pool): their
+    segments as torch.cuda.memory_snapshot() describes them) and the rest: the
+    memory PyTorch holds outside every region. Bytes. "outside_*" come from
+    the snapshot's segments that belong to no dormant pool; "largest_outside"
+    lists the biggest blocks in use there (what to look for: scratch buffers,
+    cuBLAS workspaces, caches)."""
+    pool_addrs = set()
+    pool_reserved = pool_allocated = 0
+    for pool in pools:
+        for seg in segments_of(pool):
+            pool_addrs.add(seg["address"])
+            pool_reserved += seg.get("total_size", 0)
+            pool_allocated += seg.get("allocated_size", 0)
+    out = {"reserved": int(torch.cuda.memory_reserved()),
+           "allocated": int(torch.cuda.memory_allocated()),
+           "pools_reserved": pool_reserved, "pools_allocated": pool_allocated}
+    outside_reserved = outside_allocated = 0
+    blocks = []
+    segments = 0
+    for seg in torch.cuda.memory_snapshot():
+        if seg["address"] in pool_addrs:
+            continue
+        segments += 1
+        outside_reserved += seg.get("total_size", 0)
+        outside_allocated += seg.get("allocated_size", 0)
+        blocks += [b["size"] for b in seg.get("blocks", ()) if b.get("state") == "active_allocated"]
+    out.update(outside_reserved=outside_reserved, outside_allocated=outside_allocated,
+               outside_segments=segments, largest_outside=sorted(blocks, reverse=True)[:4])
+    return out
+
+
+def process_groups(torch):
+    """{"count": process groups this process made, "backends": their names}:
+    each NCCL group that a collective has used holds a communicator and its
+    buffers, outside PyTorch's allocator."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return {"count": 0, "backends": []}
+    pg_map = dist.distributed_c10d._world.pg_map
+    names = sorted({str(v[0]) for v in pg_map.values()})
+    return {"count": len(pg_map), "backends": names}
+
+
+def memory_report(dm, torch=None):
+    """What the trainer holds, from its own side (asleep, the driver asks):
+    dormant's numbers (device bytes it still holds, host bytes of the copies)
+    and, with torch, PyTorch's memory inside and outside dormant's pools."""
+    st = dm.stats()
+    rep = {"dormant": {"device_bytes": st["totals"]["device_bytes"],
+                       "host_bytes": st["totals"]["host_bytes"],
+                       "managed_bytes": sum(d["managed_bytes"] for d in st["devices"])}}
+    if torch is None:
+        return rep
+    try:
+        glue = dm._torch
+        pools = [] if glue is None else list(glue.pools.values()) + list(glue.policy_pools.values())
+        from dormant._torch import pool_segments
+        rep["torch"] = torch_memory(torch, pools, pool_segments)
+        rep["groups"] = process_groups(torch)
+    except Exception as e:  # a report, never a failure of the trainer
+        rep["torch_error"] = f"{type(e).__name__}: {e}"[:300]
+    return rep
+
+
 # ---- the trainer ---------------------------------------------------------------
 
 class SyntheticTrainer:
@@ -316,6 +384,9 @@ def trainer_main(args):
                 ok = got == expected and same_ptrs
                 say(f"VERIFIED {'ok' if ok else 'MISMATCH'} {expected} {got} "
                     f"{'same-addresses' if same_ptrs else 'MOVED'}")
+            elif cmd == "memory":          # asleep: what is held, from inside
+                say("MEMORY " + json.dumps(memory_report(
+                    dm, None if args.backend == "host" else t.torch)))
             elif cmd == "occupy":          # the CPU stand-in's rollout (host backend)
                 dm.debug_occupy(int(words[1]))
                 say(f"OCCUPIED {words[1]}")
@@ -618,6 +689,11 @@ def run_trainer(args, overlap, ceiling, out, checks):
             apps = gpu_apps()
             row["trainer_asleep_mib"] = apps.get(trainer.pid) if apps else None
             row["rollout_idle_mib"] = apps.get(rollout.pid) if apps and rollout.pid else None
+            try:
+                trainer.send("memory")
+                row["trainer_memory_asleep"] = json.loads(trainer.expect("MEMORY"))
+            except (RuntimeError, ValueError) as e:
+                row["trainer_memory_asleep"] = {"error": str(e)[:300]}
             held = rollout.take()
             row["rollout"] = held
             apps = gpu_apps()
@@ -709,10 +785,65 @@ def summarize(r, ceiling):
               "rollout_holding_mib"):
         vals = [p[k] for p in steady if p.get(k) is not None]
         r[k] = med(vals)
+    r["memory_asleep"] = memory_summary([p.get("trainer_memory_asleep") or {} for p in steady])
     r["rollout_bytes"] = med([p["rollout"]["bytes"] for p in steady])
     r["rollout_take_s"] = med([p["rollout"]["take_s"] for p in steady])
     r["rollout_free_s"] = med([p["rollout_free"].get("free_s", 0.0) for p in steady])
     return r
+
+
+def memory_summary(reports):
+    """Medians over phases of memory_report()'s figures (bytes), flattened:
+    torch_reserved, torch_outside_reserved, ..., dormant_device_bytes."""
+    out = {}
+    keys = ("reserved", "allocated", "pools_reserved", "pools_allocated", "outside_reserved",
+            "outside_allocated", "outside_segments")
+    for k in keys:
+        vals = [m["torch"][k] for m in reports if "torch" in m]
+        if vals:
+            out["torch_" + k] = statistics.median(vals)
+    for k in ("device_bytes", "host_bytes", "managed_bytes"):
+        vals = [m["dormant"][k] for m in reports if "dormant" in m]
+        if vals:
+            out["dormant_" + k] = statistics.median(vals)
+    last = next((m for m in reversed(reports) if "torch" in m), None)
+    if last is not None:
+        out["largest_outside"] = last["torch"]["largest_outside"]
+        out["groups"] = last.get("groups")
+    errors = [m.get("torch_error") or m.get("error") for m in reports
+              if m.get("torch_error") or m.get("error")]
+    if errors:
+        out["error"] = errors[-1]
+    return out
+
+
+def memory_line(r):
+    """One line per run: the trainer asleep, nvidia-smi's figure split into
+    what PyTorch holds outside dormant's pools and the rest (the CUDA context,
+    cuBLAS's handles, NCCL's communicators: outside PyTorch's allocator)."""
+    m = r.get("memory_asleep") or {}
+    mib = lambda b: f"{b / MiB:.0f}"  # noqa: E731
+    parts = []
+    if "torch_reserved" in m:
+        outside = m["torch_outside_reserved"]
+        parts.append(f"torch reserved {mib(m['torch_reserved'])} MiB, in dormant's pools "
+                     f"{mib(m['torch_pools_reserved'])}, outside {mib(outside)} MiB "
+                     f"({mib(m['torch_outside_allocated'])} in use, "
+                     f"{m['torch_outside_segments']:.0f} segments; largest "
+                     f"{', '.join(mib(b) for b in m.get('largest_outside') or []) or '-'} MiB)")
+        if r.get("trainer_asleep_mib") is not None:
+            rest = r["trainer_asleep_mib"] - (outside + m.get("dormant_device_bytes", 0)) / MiB
+            parts.append(f"the rest of nvidia-smi's {r['trainer_asleep_mib']:.0f} MiB "
+                         f"(context, cuBLAS's handles, NCCL): {rest:.0f} MiB")
+        g = m.get("groups") or {}
+        if g.get("count"):
+            parts.append(f"process groups {g['count']} ({'/'.join(g['backends'])})")
+    if "dormant_device_bytes" in m:
+        parts.append(f"dormant holds {mib(m['dormant_device_bytes'])} MiB on the device, "
+                     f"{mib(m['dormant_host_bytes'])} MiB of host copies")
+    if m.get("error"):
+        parts.append(f"report failed: {m['error']}")
+    return f"{r['label'][:20]:20s} asleep: " + "; ".join(parts or ["no report"])
 
 
 def fmt(x, spec, none="-"):
@@ -739,6 +870,9 @@ def table(results, ceiling, args):
                      f"{fmt(r['trainer_asleep_mib'], '10d')} "
                      f"{r['rollout_bytes'] / GiB:11.1f} {fmt(r['rollout_idle_mib'], '8d')} "
                      f"{r['rollout_take_s']:6.2f} {r['rollout_free_s']:6.2f}")
+    for r in results:
+        if "sleep_s" in r:
+            lines.append(memory_line(r))
     lines.append("parts (median s)      " + " ".join(f"{k[:-2]:>9s}" for k in (
         "sync_s", "host_prep_s", "host_pin_s", "host_wait_s", "copy_s", "release_s", "map_s",
         "map_wait_s", "zero_wait_s")))

@@ -63,3 +63,94 @@ def test_a_wake_that_is_not_refused_fails_the_run(tmp_path):
     p, doc = run(tmp_path, "--overlap", "1", "--host-rollout-leave", str(48 << 20))
     assert p.returncode == 1
     assert "host-overlap1 phase 1: early wake answered 503" in failed(doc)
+
+
+def test_the_report_asleep_has_dormants_numbers(tmp_path):
+    """Each phase asks the sleeping trainer what it holds: on the host
+    backend only dormant's side (no torch), and the table prints it."""
+    p, doc = run(tmp_path, "--overlap", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for ph in doc["results"][0]["phases"]:
+        m = ph["trainer_memory_asleep"]
+        assert m["dormant"]["device_bytes"] == 0          # released asleep
+        assert m["dormant"]["host_bytes"] >= ph["sleep_bytes"] > 0
+        assert "torch" not in m
+    assert doc["results"][0]["memory_asleep"]["dormant_device_bytes"] == 0
+    assert "host-overlap1        asleep: dormant holds 0 MiB on the device" in p.stdout
+
+
+# ---- the torch side of the report, on stand-ins for torch -------------------
+
+sys.path.insert(0, str(REPO / "bench"))
+import handover  # noqa: E402
+
+MiB = 1 << 20
+
+
+class FakeCuda:
+    """torch.cuda as torch_memory() reads it: two segments in a dormant pool
+    (asleep: their blocks still allocated) and two of PyTorch's own."""
+
+    def __init__(self):
+        self.pool_segs = [
+            {"address": 0x1000_0000, "total_size": 1024 * MiB, "allocated_size": 1000 * MiB,
+             "blocks": [{"size": 1000 * MiB, "state": "active_allocated"}]},
+            {"address": 0x5000_0000, "total_size": 512 * MiB, "allocated_size": 512 * MiB,
+             "blocks": [{"size": 512 * MiB, "state": "active_allocated"}]},
+        ]
+        self.own = [
+            {"address": 0x9000_0000, "total_size": 80 * MiB, "allocated_size": 64 * MiB,
+             "blocks": [{"size": 64 * MiB, "state": "active_allocated"},
+                        {"size": 16 * MiB, "state": "inactive"}]},
+            {"address": 0xA000_0000, "total_size": 32 * MiB, "allocated_size": 32 * MiB,
+             "blocks": [{"size": 32 * MiB, "state": "active_allocated"}]},
+        ]
+
+    def memory_reserved(self):
+        return sum(s["total_size"] for s in self.pool_segs + self.own)
+
+    def memory_allocated(self):
+        return sum(s["allocated_size"] for s in self.pool_segs + self.own)
+
+    def memory_snapshot(self):
+        return self.pool_segs + self.own
+
+
+class FakeTorch:
+    def __init__(self):
+        self.cuda = FakeCuda()
+
+
+def test_torch_memory_splits_pools_from_the_rest():
+    torch = FakeTorch()
+    pools = ["weights-pool", "optimizer-pool"]
+    segs = {"weights-pool": torch.cuda.pool_segs[:1], "optimizer-pool": torch.cuda.pool_segs[1:]}
+    m = handover.torch_memory(torch, pools, lambda pool: segs[pool])
+    assert m["pools_reserved"] == 1536 * MiB
+    assert m["pools_allocated"] == 1512 * MiB
+    assert m["outside_reserved"] == 112 * MiB
+    assert m["outside_allocated"] == 96 * MiB
+    assert m["outside_segments"] == 2
+    assert m["largest_outside"] == [64 * MiB, 32 * MiB]   # in use only, biggest first
+    assert m["reserved"] == m["pools_reserved"] + m["outside_reserved"]
+    # a pool the glue does not report is counted outside
+    m = handover.torch_memory(torch, pools[:1], lambda pool: segs[pool])
+    assert m["outside_reserved"] == (112 + 512) * MiB
+
+
+def test_memory_line_splits_nvidia_smis_figure():
+    reports = [{"dormant": {"device_bytes": 0, "host_bytes": 10 * MiB, "managed_bytes": 0},
+                "torch": {"reserved": 1648 * MiB, "allocated": 1608 * MiB,
+                          "pools_reserved": 1536 * MiB, "pools_allocated": 1512 * MiB,
+                          "outside_reserved": 112 * MiB, "outside_allocated": 96 * MiB,
+                          "outside_segments": 2, "largest_outside": [64 * MiB, 32 * MiB]},
+                "groups": {"count": 3, "backends": ["nccl"]}}] * 2
+    r = {"label": "mcore-overlap1", "trainer_asleep_mib": 2630,
+         "memory_asleep": handover.memory_summary(reports)}
+    line = handover.memory_line(r)
+    assert "outside 112 MiB (96 in use, 2 segments; largest 64, 32 MiB)" in line
+    assert "the rest of nvidia-smi's 2630 MiB (context, cuBLAS's handles, NCCL): 2518 MiB" in line
+    assert "process groups 3 (nccl)" in line
+    failed_report = handover.memory_summary([{"error": "trainer: no MEMORY within 240 s"}])
+    assert "report failed: trainer: no MEMORY" in handover.memory_line(
+        {"label": "x", "memory_asleep": failed_report})
