@@ -175,6 +175,18 @@ class McoreTrainer:
             self.optimizer = get_megatron_optimizer(self.opt_config, [self.model])
         self.position_ids = torch.arange(cfg.seq, device="cuda").unsqueeze(0).expand(
             cfg.batch, -1).contiguous()
+        # Megatron's local attention (DotProductAttention) takes a scratch tensor of
+        # batch x heads x seq x seq bf16 from parallel_state's process-wide global memory
+        # buffer at its first forward and keeps it: outside every region, so it stayed
+        # on the GPU asleep (64 MiB at batch 2, 16 heads, seq 1024). It is only the
+        # ignored input of a baddbmm with beta=0, so it goes under the discarded grads
+        # tag: made here, the forward finds it big enough and reuses it. (The first
+        # trainer of a process makes it; later ones reuse that one.)
+        from megatron.core import parallel_state
+        heads = cfg.heads // parallel_state.get_tensor_model_parallel_world_size()
+        parallel_state.get_global_memory_buffer().get_tensor(
+            (cfg.batch * heads, cfg.seq, cfg.seq), torch.bfloat16, "mpu",
+            mem_alloc_context=lambda: dm.region(self.tags.grads))
         self.steps_done = 0
 
     # ---- what Megatron has ------------------------------------------------
