@@ -649,6 +649,11 @@ def run_trainer(args, overlap, ceiling, out, checks):
     if args.no_empty_cache:
         env["DORMANT_TORCH_EMPTY_CACHE"] = "0"
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if args.trainer == "mcore" and args.backend != "host":
+        # NCCL logs each communicator it makes (the trainer's log): how many hold
+        # buffers asleep. (Megatron makes its process groups even on one rank.)
+        env.setdefault("NCCL_DEBUG", "INFO")
+        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT")
     kind = "host" if args.backend == "host" else args.trainer
     label = f"{kind}-map{overlap}" if overlap > 1 else f"{kind}-overlap{overlap}"
     cmd = [sys.executable, __file__, "--role", "trainer", "--backend", args.backend,
@@ -761,7 +766,20 @@ def run_trainer(args, overlap, ceiling, out, checks):
         if rollout is not None:
             rollout.close()
         trainer.close()
+    result["nccl_comms"] = nccl_comms(out / f"trainer-{label}.log")
     return summarize(result, ceiling)
+
+
+def nccl_comms(log):
+    """Communicators NCCL says it made (NCCL_DEBUG=INFO: one "Init COMPLETE"
+    line each) in a trainer's log; None when the log has no NCCL lines."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    if "NCCL INFO" not in text:
+        return None
+    return sum("Init COMPLETE" in line for line in text.splitlines())
 
 
 def summarize(r, ceiling):
@@ -838,6 +856,8 @@ def memory_line(r):
         g = m.get("groups") or {}
         if g.get("count"):
             parts.append(f"process groups {g['count']} ({'/'.join(g['backends'])})")
+    if r.get("nccl_comms") is not None:
+        parts.append(f"NCCL communicators made {r['nccl_comms']}")
     if "dormant_device_bytes" in m:
         parts.append(f"dormant holds {mib(m['dormant_device_bytes'])} MiB on the device, "
                      f"{mib(m['dormant_host_bytes'])} MiB of host copies")

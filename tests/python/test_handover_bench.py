@@ -151,6 +151,20 @@ def test_memory_line_splits_nvidia_smis_figure():
     assert "outside 112 MiB (96 in use, 2 segments; largest 64, 32 MiB)" in line
     assert "the rest of nvidia-smi's 2630 MiB (context, cuBLAS's handles, NCCL): 2518 MiB" in line
     assert "process groups 3 (nccl)" in line
+    r["nccl_comms"] = 2
+    assert "process groups 3 (nccl); NCCL communicators made 2; dormant" in handover.memory_line(r)
+
+
+def test_nccl_comms_counts_init_complete_lines(tmp_path):
+    log = tmp_path / "trainer.log"
+    log.write_text("h:1:1 [0] NCCL INFO Bootstrap: Using eth0\n"
+                   "h:1:1 [0] NCCL INFO ncclCommInitRankConfig comm 0x1 rank 0 nranks 1 - Init START\n"
+                   "h:1:1 [0] NCCL INFO ncclCommInitRankConfig comm 0x1 rank 0 nranks 1 - Init COMPLETE\n"
+                   "h:1:1 [0] NCCL INFO ncclCommInitRankConfig comm 0x2 rank 0 nranks 1 - Init COMPLETE\n")
+    assert handover.nccl_comms(log) == 2
+    log.write_text("READY {}\n")
+    assert handover.nccl_comms(log) is None          # no NCCL in this trainer
+    assert handover.nccl_comms(tmp_path / "missing.log") is None
     failed_report = handover.memory_summary([{"error": "trainer: no MEMORY within 240 s"}])
     assert "report failed: trainer: no MEMORY" in handover.memory_line(
         {"label": "x", "memory_asleep": failed_report})
