@@ -31,8 +31,11 @@ Three processes:
 Per phase it records sleep and wake seconds with their parts (the report's
 "times": synchronize, host prep/pin, copies, release, create/map, waits),
 their speed as a fraction of the pinned-copy ceiling measured in the same
-run, the GPU memory each process holds awake and asleep (nvidia-smi), and
-what the rollout got. --overlap 1,0 runs the trainer twice, with and without
+run, the GPU memory each process holds awake and asleep (nvidia-smi), what
+the sleeping trainer says it holds (a line "asleep:" per run: PyTorch's memory
+inside and outside dormant's pools, its process groups, the NCCL communicators
+it made, dormant's device and host bytes, and the rest of nvidia-smi's figure:
+context, cuBLAS, NCCL), and what the rollout got. --overlap 1,0 runs the trainer twice, with and without
 the wake's map-ahead thread (DORMANT_WAKE_OVERLAP), so one run shows both; a
 value N above 1 maps ahead on N threads (DORMANT_WAKE_MAP_THREADS=N).
 
