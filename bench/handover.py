@@ -148,7 +148,7 @@ def process_groups(torch):
     return {"count": len(pg_map), "backends": names}
 
 
-def memory_report(dm, torch=None):
+def memory_report(dm, torch=None, segments_of=None):
     """What the trainer holds, from its own side (asleep, the driver asks):
     dormant's numbers (device bytes it still holds, host bytes of the copies)
     and, with torch, PyTorch's memory inside and outside dormant's pools."""
@@ -161,8 +161,9 @@ def memory_report(dm, torch=None):
     try:
         glue = dm._torch
         pools = [] if glue is None else list(glue.pools.values()) + list(glue.policy_pools.values())
-        from dormant._torch import pool_segments
-        rep["torch"] = torch_memory(torch, pools, pool_segments)
+        if segments_of is None:
+            from dormant._torch import pool_segments as segments_of
+        rep["torch"] = torch_memory(torch, pools, segments_of)
         rep["groups"] = process_groups(torch)
     except Exception as e:  # a report, never a failure of the trainer
         rep["torch_error"] = f"{type(e).__name__}: {e}"[:300]
@@ -637,11 +638,8 @@ def part_row(report):
                                         "zero_wait_s")}
 
 
-def run_trainer(args, overlap, ceiling, out, checks):
-    """overlap: 0 (map every chunk first), 1 (map ahead on a thread) or N
-    (map ahead on N threads)."""
-    """One trainer process through args.phases handovers; its result dict."""
-    from dormant.client import Client
+def trainer_env(args, overlap, out, label):
+    """The trainer process's environment for one run."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "python") + (":" + env["PYTHONPATH"]
                                                  if env.get("PYTHONPATH") else "")
@@ -653,12 +651,23 @@ def run_trainer(args, overlap, ceiling, out, checks):
         env["DORMANT_TORCH_EMPTY_CACHE"] = "0"
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if args.trainer == "mcore" and args.backend != "host":
-        # NCCL logs each communicator it makes (the trainer's log): how many hold
-        # buffers asleep. (Megatron makes its process groups even on one rank.)
-        env.setdefault("NCCL_DEBUG", "INFO")
-        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT")
+        # NCCL logs each communicator it makes: how many hold buffers asleep
+        # (Megatron makes its process groups even on one rank). Into a file:
+        # NCCL's default is stdout, the line protocol's channel.
+        env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG_SUBSYS"] = "INIT"
+        env["NCCL_DEBUG_FILE"] = str(out / f"nccl-{label}.log")
+    return env
+
+
+def run_trainer(args, overlap, ceiling, out, checks):
+    """overlap: 0 (map every chunk first), 1 (map ahead on a thread) or N
+    (map ahead on N threads)."""
+    """One trainer process through args.phases handovers; its result dict."""
+    from dormant.client import Client
     kind = "host" if args.backend == "host" else args.trainer
     label = f"{kind}-map{overlap}" if overlap > 1 else f"{kind}-overlap{overlap}"
+    env = trainer_env(args, overlap, out, label)
     cmd = [sys.executable, __file__, "--role", "trainer", "--backend", args.backend,
            "--trainer", args.trainer, "--kept-gb", str(args.kept_gb), "--layers",
            str(args.layers), "--host-mode", args.host_mode, "--host-device-bytes",
@@ -769,13 +778,13 @@ def run_trainer(args, overlap, ceiling, out, checks):
         if rollout is not None:
             rollout.close()
         trainer.close()
-    result["nccl_comms"] = nccl_comms(out / f"trainer-{label}.log")
+    result["nccl_comms"] = nccl_comms(out / f"nccl-{label}.log")
     return summarize(result, ceiling)
 
 
 def nccl_comms(log):
     """Communicators NCCL says it made (NCCL_DEBUG=INFO: one "Init COMPLETE"
-    line each) in a trainer's log; None when the log has no NCCL lines."""
+    line each) in its log file; None without one (no NCCL in that trainer)."""
     try:
         text = log.read_text(errors="replace")
     except OSError:

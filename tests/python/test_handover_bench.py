@@ -4,6 +4,7 @@ over HTTP with the CPU stand-in for the rollout (the trainer's simulated
 device made full while it "holds" the memory), the early wake gets its 503
 and the retry succeeds, every kept byte is verified after every wake, and
 the report has the transition's parts. Small sizes; nothing is timed."""
+import argparse
 import json
 import os
 import pathlib
@@ -116,9 +117,57 @@ class FakeCuda:
         return self.pool_segs + self.own
 
 
+class FakeDist:
+    """torch.distributed with a one-rank world and two NCCL groups made."""
+
+    class distributed_c10d:
+        class _world:
+            pg_map = {"WORLD": ("nccl", None), "dp": ("nccl", None)}
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return True
+
+
 class FakeTorch:
     def __init__(self):
         self.cuda = FakeCuda()
+        self.distributed = FakeDist()
+
+
+class FakeGlue:
+    def __init__(self, pools, policy_pools):
+        self.pools, self.policy_pools = pools, policy_pools
+
+
+class FakeManager:
+    def __init__(self, glue):
+        self._torch = glue
+
+    def stats(self):
+        return {"totals": {"device_bytes": 0, "host_bytes": 1536 * MiB},
+                "devices": [{"managed_bytes": 1536 * MiB}]}
+
+
+def test_memory_report_of_a_torch_trainer():
+    torch = FakeTorch()
+    segs = {"w": torch.cuda.pool_segs[:1], "o": torch.cuda.pool_segs[1:]}
+    dm = FakeManager(FakeGlue({("weights", 0): "w"}, {("optimizer", "keep", 0, "dormant"): "o"}))
+    rep = handover.memory_report(dm, torch, lambda pool: segs[pool])
+    assert "torch_error" not in rep, rep
+    assert rep["dormant"] == {"device_bytes": 0, "host_bytes": 1536 * MiB,
+                              "managed_bytes": 1536 * MiB}
+    assert rep["torch"]["outside_reserved"] == 112 * MiB   # both kinds of pool counted in
+    assert rep["groups"] == {"count": 2, "backends": ["nccl"]}
+    # before any region: no glue, every segment is outside
+    rep = handover.memory_report(FakeManager(None), torch, lambda pool: segs[pool])
+    assert rep["torch"]["outside_reserved"] == (112 + 1536) * MiB
+    # a failure is a report, not an exception
+    torch.cuda.memory_snapshot = None
+    rep = handover.memory_report(FakeManager(None), torch, lambda pool: [])
+    assert "torch_error" in rep and "dormant" in rep
 
 
 def test_torch_memory_splits_pools_from_the_rest():
@@ -168,3 +217,16 @@ def test_nccl_comms_counts_init_complete_lines(tmp_path):
     failed_report = handover.memory_summary([{"error": "trainer: no MEMORY within 240 s"}])
     assert "report failed: trainer: no MEMORY" in handover.memory_line(
         {"label": "x", "memory_asleep": failed_report})
+
+
+def test_the_mcore_trainer_logs_nccl_into_a_file(tmp_path):
+    """NCCL's log must not go to the trainer's stdout (the line protocol),
+    and nccl_comms() reads the file it goes to."""
+    args = argparse.Namespace(
+        trainer="mcore", backend="cuda", no_empty_cache=False)
+    env = handover.trainer_env(args, 1, tmp_path, "mcore-overlap1")
+    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT"
+    assert env["NCCL_DEBUG_FILE"] == str(tmp_path / "nccl-mcore-overlap1.log")
+    assert env["DORMANT_WAKE_OVERLAP"] == "1"
+    args.trainer = "synthetic"
+    assert "NCCL_DEBUG_FILE" not in handover.trainer_env(args, 0, tmp_path, "synthetic-overlap0")
