@@ -37,6 +37,7 @@
 #define MAX_CONNECTIONS 65536
 #define MAX_TIMEOUT_S 86400
 #define FAULTS_MAX 512 /* bytes of --fault rules, joined with commas */
+#define OPTIONS_MAX 1024 /* bytes of --option pairs, joined with commas */
 
 struct config {
 	const char *listen;
@@ -57,6 +58,7 @@ struct config {
 	unsigned connection_timeout_s;
 	unsigned request_timeout_s;
 	char faults[FAULTS_MAX]; /* "" if no --fault */
+	char options[OPTIONS_MAX]; /* "" if no --option */
 };
 
 struct demo {
@@ -142,12 +144,26 @@ static void usage(FILE *f)
 	      "                        any; OP create, map, copy or host-alloc; see\n"
 	      "                        docs/testing.md); may be given up to 8 times\n"
 	      "  --port-file FILE      write the bound port to FILE once listening\n"
+	      "  --option NAME=VALUE   set a manager option (listed below; after --backend\n"
+	      "                        and --host-mode); may be given many times\n"
 	      "  -h, --help            show this and exit\n"
 	      "  -V, --version         print the version and exit\n"
 	      "\n"
 	      "SIZE is a number with an optional suffix: K, M, G, T (powers of 1024, also\n"
-	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n",
+	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n"
+	      "\n"
+	      "Manager options (--option NAME=VALUE; the environment variable applies when\n"
+	      "the option is not given):\n",
 	      f);
+	/* the library's own table (core/options.c) */
+	for (size_t i = 0; dormant_option_name(i); i++) {
+		const char *values = dormant_option_values(i);
+		const char *env = dormant_option_env(i);
+
+		fprintf(f, "  %-18s %s, default %s%s%s\n    %s\n", dormant_option_name(i),
+			values ? values : dormant_option_type(i), dormant_option_default(i),
+			env ? ", $" : "", env ? env : "", dormant_option_doc(i));
+	}
 }
 
 /* ---- flags --------------------------------------------------------------- */
@@ -229,7 +245,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
 		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
-		OPT_REQUEST_TIMEOUT, OPT_FAULT,
+		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_OPTION,
 	};
 	static const struct option options[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -250,6 +266,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "connection-timeout", required_argument, NULL, OPT_CONNECTION_TIMEOUT },
 		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
 		{ "fault", required_argument, NULL, OPT_FAULT },
+		{ "option", required_argument, NULL, OPT_OPTION },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -347,6 +364,27 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			snprintf(c->faults + used, sizeof(c->faults) - used, "%s%s",
 				 used ? "," : "", optarg);
 			faults++;
+			break;
+		}
+		case OPT_OPTION: {
+			size_t used = strlen(c->options);
+			struct dormant_options *check = NULL;
+			int r = dormant_options_new(&check);
+
+			/* checked here, before anything starts */
+			if (r == 0)
+				r = dormant_options_parse(check, optarg);
+			dormant_options_destroy(check);
+			if (r < 0) {
+				warn("--option: %s", dormant_last_error());
+				return -EINVAL;
+			}
+			if (used + strlen(optarg) + 2 > sizeof(c->options)) {
+				warn("--option: at most %d bytes of options in all", OPTIONS_MAX - 1);
+				return -EINVAL;
+			}
+			snprintf(c->options + used, sizeof(c->options) - used, "%s%s",
+				 used ? "," : "", optarg);
 			break;
 		}
 		case OPT_QUIET:
@@ -655,15 +693,23 @@ static int sizes_check(struct demo *d);
 
 static int demo_setup(struct demo *d)
 {
-	struct dormant_options options = {
-		.backend = d->config.backend,
-		.host_mode = d->config.host_mode,
-		.log_fn = on_log,
-		.log_userdata = &d->config,
-	};
+	struct dormant_options *options = NULL;
+	enum dormant_host_mode mode = d->config.host_mode;
 	int r;
 
-	r = dormant_new(&options, &d->m);
+	/* --option comes last: it may override --backend and --host-mode */
+	r = dormant_options_new(&options);
+	if (r == 0)
+		r = dormant_options_set(options, "backend", d->config.backend);
+	if (r == 0 && mode != DORMANT_HOST_DEFAULT)
+		r = dormant_options_set(options, "host_mode", dormant_host_mode_name(mode));
+	if (r == 0)
+		r = dormant_options_parse(options, d->config.options);
+	if (r == 0)
+		r = dormant_options_set_log(options, on_log, &d->config);
+	if (r == 0)
+		r = dormant_new(options, &d->m);
+	dormant_options_destroy(options);
 	if (r < 0) {
 		warn("starting the manager: %s", dormant_last_error());
 		return r;
