@@ -80,6 +80,7 @@ _PROTOTYPES = {
     "dormant_option_default": (c_char_p, [c_size_t]),
     "dormant_option_env": (c_char_p, [c_size_t]),
     "dormant_option_doc": (c_char_p, [c_size_t]),
+    "dormant_option_value": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
     "dormant_new": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
     "dormant_destroy": (None, [c_void_p]),
     "dormant_backend_name": (c_char_p, [c_void_p]),

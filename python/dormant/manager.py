@@ -299,6 +299,15 @@ class Manager:
         """"cuda" or "host"."""
         return self._lib.dormant_backend_name(self._handle()).decode()
 
+    def option(self, name):
+        """The value option name has in this manager (set, from the
+        environment or the default) as text: sizes in bytes ("1073741824"),
+        booleans "true"/"false". InvalidArgumentError for an unknown name."""
+        buf = ctypes.create_string_buffer(128)
+        self._check(self._lib.need("dormant_option_value", "Manager.option()")(
+            self._handle(), name.encode("utf-8"), buf, len(buf)))
+        return buf.value.decode("utf-8")
+
     @property
     def host_mode(self):
         """"retain" or "release"."""
