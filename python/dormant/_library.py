@@ -9,7 +9,7 @@ The library is looked for, in this order:
      (<repo>/build/libdormant.so);
   4. the library folder recorded at installation (dormant/_paths.py,
      written by meson install);
-  5. the system loader (libdormant.so.0, then libdormant.so).
+  5. the system loader (libdormant.so.1, then libdormant.so).
 Under whole-process capture (libdormant-preload.so, see dormant.preload) the
 libdormant the shim already loaded comes before all of these: a second copy
 would have a manager registry of its own.
@@ -24,7 +24,7 @@ import threading
 from .errors import LibraryNotFoundError, UnsupportedError
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
-SONAMES = ("libdormant.so.0", "libdormant.so")
+SONAMES = ("libdormant.so.1", "libdormant.so")  # abi_major in meson.build
 
 c_int, c_uint, c_size_t, c_bool = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_bool
 c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64
