@@ -90,3 +90,26 @@ def test_python_looks_for_this_soname():
     sonames = re.search(r'^SONAMES = \("([^"]+)"', text, re.M)
     assert sonames and sonames.group(1) == f"libdormant.so.{want}", (
         "python/dormant/_library.py SONAMES must look for the ABI's soname first")
+
+
+def test_the_header_lists_every_option():
+    """dormant.h's options comment names every option of the library's table
+    (core/options.c) with its environment variable: the table is the
+    definition, the comment what a C user reads."""
+    import ctypes
+    cdll = ctypes.CDLL(lib())
+    for fn in ("dormant_option_name", "dormant_option_env"):
+        getattr(cdll, fn).restype = ctypes.c_char_p
+        getattr(cdll, fn).argtypes = [ctypes.c_size_t]
+    header = (REPO / "core" / "dormant.h").read_text(encoding="utf-8")
+    start = header.index("struct dormant_options;")
+    block = header[header.rindex("/*", 0, start):start]
+    i = 0
+    while cdll.dormant_option_name(i) is not None:
+        name = cdll.dormant_option_name(i).decode()
+        env = cdll.dormant_option_env(i)
+        assert re.search(rf"^ \*   {name}\b", block, re.M), f"dormant.h does not list option {name}"
+        if env is not None:
+            assert f"${env.decode()}" in block, f"dormant.h does not say {name} reads ${env.decode()}"
+        i += 1
+    assert i >= 10
