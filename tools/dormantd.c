@@ -160,9 +160,27 @@ static void usage(FILE *f)
 		const char *values = dormant_option_values(i);
 		const char *env = dormant_option_env(i);
 
-		fprintf(f, "  %-18s %s, default %s%s%s\n    %s\n", dormant_option_name(i),
+		const char *doc = dormant_option_doc(i);
+
+		fprintf(f, "  %-18s %s, default %s%s%s\n", dormant_option_name(i),
 			values ? values : dormant_option_type(i), dormant_option_default(i),
-			env ? ", $" : "", env ? env : "", dormant_option_doc(i));
+			env ? ", $" : "", env ? env : "");
+		/* the doc line, wrapped at 78 columns under a 4-space indent */
+		while (*doc) {
+			int n = (int)strlen(doc);
+
+			if (n > 74) {
+				n = 74;
+				while (n > 0 && doc[n] != ' ')
+					n--;
+				if (n == 0)
+					n = 74;
+			}
+			fprintf(f, "    %.*s\n", n, doc);
+			doc += n;
+			while (*doc == ' ')
+				doc++;
+		}
 	}
 }
 
