@@ -203,8 +203,9 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m);
  * The value option name has in m, whether set, from the environment or the
  * default, as text that dormant_options_set() takes (sizes in bytes,
  * copy_threads as computed; backend as asked for, "auto" too:
- * dormant_backend_name() says which runs), into buf. Returns its length, -EINVAL for an unknown name,
- * -ENOSPC if buf is too small (64 bytes are enough for every option today).
+ * dormant_backend_name() says which runs), into buf. Returns its length,
+ * -EINVAL for an unknown name, -ENOSPC if buf is too small (64 bytes are
+ * enough for every option today).
  */
 DORMANT_EXPORT int dormant_option_value(const struct dormant *m, const char *name, char *buf,
 					size_t size);

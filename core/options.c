@@ -5,8 +5,8 @@
 #include "options.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +54,8 @@ struct option {
 static const struct option options[] = {
 	{
 		.name = "backend", .type = OPTION_ENUM, .offset = FIELD(backend),
-		.default_value = "auto", .env = "DORMANT_BACKEND", .values = VALUES("auto", "cuda", "host"),
+		.default_value = "auto", .env = "DORMANT_BACKEND",
+		.values = VALUES("auto", "cuda", "host"),
 		.doc = "device backend: cuda, host (a simulated device in host memory), or auto "
 		       "(cuda when a device is usable, else host)",
 	},
@@ -201,10 +202,12 @@ static int option_parse(const struct option *opt, const char *text, struct dorma
 		r = size_parse(text, &size);
 		if (r < 0)
 			return r;
-		if ((opt->min && size < (unsigned long long)opt->min) ||
-		    (opt->max && size > (unsigned long long)opt->max))
-			return error_set(-EINVAL, "'%s' is out of range (at least %lld bytes)", text,
+		if (opt->min && size < (unsigned long long)opt->min)
+			return error_set(-EINVAL, "'%s' is too small (at least %lld bytes)", text,
 					 opt->min);
+		if (opt->max && size > (unsigned long long)opt->max)
+			return error_set(-EINVAL, "'%s' is too large (at most %lld bytes)", text,
+					 opt->max);
 		if (opt->multiple && size % opt->multiple)
 			return error_set(-EINVAL, "'%s' is not a multiple of %zu", text,
 					 opt->multiple);
