@@ -18,8 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fuzz_common.h"
 #include "common.h"
+#include "dormant.h"
+#include "fuzz_common.h"
 
 /* dormantctl's own parsers are static in its main file: take them whole. */
 #define main dormantctl_main
