@@ -110,10 +110,39 @@ void api_handle_healthz(struct api_context *ctx, const struct api_request *req,
 			struct api_response *resp);
 void api_handle_readyz(struct api_context *ctx, const struct api_request *req,
 		       struct api_response *resp);
-void api_handle_is_sleeping(struct api_context *ctx, const struct api_request *req,
-			    struct api_response *resp);
 void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 			struct api_response *resp);
+
+/* Helpers of handlers.c that compat.c shares. api_respond_json steals doc
+ * (NULL: out of memory); api_stats_fetch fills resp and returns < 0 on
+ * failure, else *ret is malloc()ed; api_respond_transition answers the
+ * report (stolen) of a transition that returned r. */
+void api_respond_json(struct api_response *resp, int status, json_t *doc);
+void api_respond_out_of_memory(struct api_response *resp);
+void api_quote(char *buf, size_t size, const char *s);
+bool api_body_blank(const struct api_request *req);
+bool api_body_is_json(const struct api_request *req);
+int api_stats_fetch(struct api_context *ctx, struct dormant_stats **ret,
+		    struct api_response *resp);
+void api_respond_transition(struct api_context *ctx, enum api_kind kind, int r, json_t *report,
+			    struct api_response *resp);
+
+/* ---- vLLM and SGLang (compat.c) ------------------------------------------ */
+
+/* Most tag names one compat request may carry (400 beyond). */
+#define API_COMPAT_NAMES_MAX 64
+
+/* vLLM's POST /wake_up and GET /is_sleeping. */
+void api_handle_vllm_wake_up(struct api_context *ctx, const struct api_request *req,
+			     struct api_response *resp);
+void api_handle_is_sleeping(struct api_context *ctx, const struct api_request *req,
+			    struct api_response *resp);
+/* SGLang's /release_memory_occupation (API_SLEEP), /resume_memory_occupation
+ * (API_WAKE) and /flush_cache. */
+void api_handle_sglang_occupation(struct api_context *ctx, enum api_kind kind,
+				  const struct api_request *req, struct api_response *resp);
+void api_handle_flush_cache(struct api_context *ctx, const struct api_request *req,
+			    struct api_response *resp);
 
 /* ---- JSON documents (json.c) --------------------------------------------- */
 

@@ -232,6 +232,23 @@ static bool tag_list_add(struct tag_list *list, const char *name, size_t len,
 	return true;
 }
 
+/*
+ * vLLM's ?mode= of POST /sleep: what happens to requests in flight (abort,
+ * wait, keep). A trainer has none: its training step is waited for through
+ * the guard whatever the mode, so each is accepted and changes nothing.
+ */
+static bool vllm_mode_valid(const char *mode, struct api_response *resp)
+{
+	static const char *const modes[] = { "abort", "wait", "keep" };
+
+	for (size_t i = 0; mode && i < ARRAY_SIZE(modes); i++)
+		if (strcmp(mode, modes[i]) == 0)
+			return true;
+	api_problem(resp, 400, "bad-request", NULL,
+		    "query parameter 'mode' must be abort, wait or keep");
+	return false;
+}
+
 static bool parse_query(const struct api_request *req, bool level_allowed, struct tag_list *list,
 			struct api_response *resp)
 {
@@ -252,9 +269,13 @@ static bool parse_query(const struct api_request *req, bool level_allowed, struc
 			/* vLLM's sleep level: here the tag policies decide */
 			if (!p->value || (strcmp(p->value, "1") != 0 && strcmp(p->value, "2") != 0)) {
 				api_problem(resp, 400, "bad-request", NULL,
-					    "query parameter 'level' must be 1 or 2");
+					    "query parameter 'level' must be 1 or 2 (vLLM's level 0, "
+					    "a pause that frees no memory, has no meaning here)");
 				return false;
 			}
+		} else if (level_allowed && strcmp(p->key, "mode") == 0) {
+			if (!vllm_mode_valid(p->value, resp))
+				return false;
 		} else {
 			quote(shown, sizeof(shown), p->key);
 			api_problem(resp, 400, "bad-request", NULL, "unknown query parameter '%s'",
@@ -508,19 +529,6 @@ void api_handle_readyz(struct api_context *ctx, const struct api_request *req,
 	free(stats);
 }
 
-void api_handle_is_sleeping(struct api_context *ctx, const struct api_request *req,
-			    struct api_response *resp)
-{
-	struct dormant_stats *stats;
-
-	if (reject_params(req, resp) || stats_fetch(ctx, &stats, resp) < 0)
-		return;
-	respond_json(resp, 200, API_JSON,
-		     json_pack("{s:b}", "is_sleeping", strcmp(api_manager_state(stats), "awake") != 0),
-		     false);
-	free(stats);
-}
-
 void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 			struct api_response *resp)
 {
@@ -557,4 +565,43 @@ void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 	resp->content_type = API_METRICS_TEXT;
 	resp->body = text;
 	resp->body_size = size;
+}
+
+/* ---- shared with compat.c ------------------------------------------------ */
+
+void api_respond_json(struct api_response *resp, int status, json_t *doc)
+{
+	respond_json(resp, status, API_JSON, doc, false);
+}
+
+void api_respond_out_of_memory(struct api_response *resp)
+{
+	respond_out_of_memory(resp);
+}
+
+void api_quote(char *buf, size_t size, const char *s)
+{
+	quote(buf, size, s);
+}
+
+bool api_body_blank(const struct api_request *req)
+{
+	return body_is_blank(req);
+}
+
+bool api_body_is_json(const struct api_request *req)
+{
+	return is_json_media_type(req->content_type);
+}
+
+int api_stats_fetch(struct api_context *ctx, struct dormant_stats **ret,
+		    struct api_response *resp)
+{
+	return stats_fetch(ctx, ret, resp);
+}
+
+void api_respond_transition(struct api_context *ctx, enum api_kind kind, int r, json_t *report,
+			    struct api_response *resp)
+{
+	respond_transition(ctx, kind, r, report, resp);
 }

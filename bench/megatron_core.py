@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Host memory and switch speed of a real Megatron-core trainer under dormant
-(issue 10 §5), on the GPU machine.
+"""Host memory and switch speed of a real Megatron-core trainer under dormant,
+on the GPU machine.
 
 The trainer is tests/gpu/mcore.py's: Megatron-LM's GPTModel (local layer
 spec) in bf16, DDP with fp32 grad buffers and the distributed optimizer,
@@ -19,7 +19,7 @@ process of its own (one dormant manager per process serves PyTorch).
 
   python3 bench/megatron_core.py [--out DIR] [--cycles N] [--small]
 prints a table and writes DIR/megatron_core.json. Needs libdormant built
-with issue 10's API ($DORMANT_LIB) and Megatron-core in .thirdparty/megatron
+with dormant_mark_unused() and dormant_set_rebuild() ($DORMANT_LIB) and Megatron-core in .thirdparty/megatron
 (scripts/gpu-megatron does both).
 """
 import argparse
@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "python"))
 
 CONFIGS = ("whole", "live", "rebuild")
 HOST_MODES = ("retain", "release")
-# Issue 10's targets.
+# The targets: host bytes per parameter asleep, wake speed against the ceiling.
 TARGET_BYTES_PER_PARAM = {"live": 14.2, "rebuild": 12.2}
 TARGET_WAKE = 0.9
 TARGET_SLEEP = {"retain": 0.8, "release": 0.6}

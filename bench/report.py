@@ -26,7 +26,8 @@ BEGIN = "<!-- bench-results:begin -->"
 END = "<!-- bench-results:end -->"
 NOT_MEASURED = "not measured"
 
-# The reference figures of DESIGN.md (H200, 16 GiB kept + 16 GiB discarded).
+# The reference tools' figures, measured earlier on the H200 machine (16 GiB kept + 16 GiB
+# discarded).
 REFERENCES = [
     ("torch_memory_saver, default", "6.8–9.6 s", "2.0–3.0 s", "—", "—"),
     ("torch_memory_saver, retained backup", "0.33 s (first: 8.4 s)", "0.32 s",
@@ -213,7 +214,7 @@ def section_targets(b):
                      f"wake {w_cpu:.3f} s = {w_cpu / w_wall:.2f}× wall",
                      "small: no busy-waiting", "judge: see the note below"))
     return "\n".join([
-        "### Targets of issue 5",
+        "### Targets",
         "",
         f"Target runs: {workload(retain or release)}; discard-only: "
         f"{size(discard['config']['discard_bytes']) if discard else NOT_MEASURED}. "
@@ -253,7 +254,7 @@ def section_comparison(b):
     return "\n".join([
         "### Compared with the reference tools",
         "",
-        "The reference rows are the figures of DESIGN.md, measured on the H200 machine "
+        "The reference rows are those tools' figures, measured earlier on the same H200 machine "
         "with 16 GiB of bf16 weights kept and 16 GiB of fp32 gradients discarded; — "
         "means the figure was not reported. Ours: " + workload(ours) + ", medians of "
         "the warm cycles, the first cycle in brackets; host memory includes any pinned "

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The benchmark matrix of issue 5, for the H200 machine: one JSON file per run,
+# The benchmark matrix (docs/benchmarks.md), for the H200 machine: one JSON file per run,
 # a log with every table, and machine.txt, in one folder. About 4-6 minutes,
 # never more than LIMIT_S seconds: a run gets at most the time left (and 240 s),
 # none starts with less than 20 s left (it is logged as skipped).
@@ -10,8 +10,9 @@
 #   BUILD=build-gpu    build folder holding bench/dormant-bench and bench/probe-vmm
 #   BACKEND=cuda       cuda on the GPU machine; host only to try the script
 #   LIMIT_S=540        the whole script's time limit (BUDGET_S: the same)
-#   QUICK=1            every size / 256 (16 GiB -> 64 MiB): checks the script
-#                      itself in seconds, on any machine (with BACKEND=host)
+#   QUICK=1            memory sizes / 256 (16 GiB -> 64 MiB; chunk sizes stay,
+#                      count-10000 is left out): checks the script itself in
+#                      seconds, on any machine (with BACKEND=host)
 #
 # Then: /usr/bin/python3 bench/report.py OUT_DIR --update docs/benchmarks.md
 #

@@ -448,6 +448,50 @@ static int granularity_get(struct dormant *m, int device, size_t *ret)
 	return 0;
 }
 
+/* bytes as "1.5 GiB" (or "512 MiB", "4 KiB", "17 bytes") into buf. */
+static const char *bytes_text(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double value = (double)bytes;
+	size_t unit = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%llu bytes", (unsigned long long)bytes);
+		return buf;
+	}
+	value /= 1024;
+	while (value >= 1024 && unit + 1 < ARRAY_SIZE(units)) {
+		value /= 1024;
+		unit++;
+	}
+	snprintf(buf, len, value == (double)(uint64_t)value ? "%.0f %s" : "%.1f %s", value,
+		 units[unit]);
+	return buf;
+}
+
+/* An allocation the device cannot hold fails at once, naming the size asked
+ * for, rather than after mapping (and then unmapping) every chunk that fits:
+ * seconds on a large device, and with the chunk size in the message. Where
+ * the device cannot say what it holds, the mapping finds out. */
+static int fits_check(struct backend *b, int device, size_t size, size_t reserved)
+{
+	char asked[32], free_text[32], total_text[32];
+	uint64_t free_bytes, total_bytes;
+
+	if (b->ops->mem_info(b, device, &free_bytes, &total_bytes) < 0 || total_bytes == 0)
+		return 0;
+	bytes_text(size, asked, sizeof(asked));
+	bytes_text(total_bytes, total_text, sizeof(total_text));
+	if (reserved > total_bytes)
+		return error_set(-ENOMEM, "%s is more than device %d holds (%s)", asked, device,
+				 total_text);
+	if (reserved > free_bytes)
+		return error_set(-ENOMEM, "%s is more than device %d has free (%s of %s)", asked,
+				 device, bytes_text(free_bytes, free_text, sizeof(free_text)),
+				 total_text);
+	return 0;
+}
+
 static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size, int device,
 		     struct alloc **ret)
 {
@@ -464,6 +508,9 @@ static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size
 	if (size > SIZE_MAX - granularity)
 		return error_set(-ENOMEM, "%zu bytes is more than any device has", size);
 	reserved = round_up(size, granularity);
+	r = fits_check(b, device, size, reserved);
+	if (r < 0)
+		return r;
 	chunk_bytes = round_up(m->chunk_bytes, granularity);
 	count = (reserved + chunk_bytes - 1) / chunk_bytes;
 	a = calloc(1, sizeof(*a) + count * sizeof(a->chunks[0]));

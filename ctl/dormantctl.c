@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "discover.h"
 #include "endpoint.h"
 #include "fanout.h"
 #include "outcome.h"
@@ -57,6 +59,10 @@ static const char usage_text[] =
 	"  -p, --port PORTS         ports for --dns and for endpoints without one:\n"
 	"                           8787, 8787-8794, 8787,9000 (default 8787)\n"
 	"  -4, -6                   --dns: IPv4 or IPv6 addresses only\n"
+	"      --discover[=DIR]     every live server that published a discovery record\n"
+	"                           in DIR (default $DORMANT_RUNTIME_DIR, else\n"
+	"                           $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID)\n"
+	"      --role NAME          --discover: the servers of that role only\n"
 	"\n"
 	"Options:\n"
 	"  -t, --tags LIST          comma-separated tags for sleep and wake (default: all)\n"
@@ -84,6 +90,9 @@ struct options {
 	char **tags;           /* NULL-terminated, or NULL for all */
 	const char *file;
 	const char *dns;
+	bool discover;
+	const char *discover_dir;
+	const char *role;
 	int family;
 	uint16_t ports[CTL_PORTS_MAX];
 	size_t nports;
@@ -261,6 +270,8 @@ enum {
 	OPT_TOKEN_FILE,
 	OPT_JSON,
 	OPT_NO_PROGRESS,
+	OPT_DISCOVER,
+	OPT_ROLE,
 };
 
 static const struct option long_options[] = {
@@ -277,6 +288,8 @@ static const struct option long_options[] = {
 	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+	{ "discover", optional_argument, NULL, OPT_DISCOVER },
+	{ "role", required_argument, NULL, OPT_ROLE },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -305,6 +318,15 @@ static int parse_options(int argc, char **argv, struct options *o)
 			if (o->file)
 				return usage_error("--file given twice");
 			o->file = optarg;
+			break;
+		case OPT_DISCOVER:
+			if (o->discover)
+				return usage_error("--discover given twice");
+			o->discover = true;
+			o->discover_dir = optarg;
+			break;
+		case OPT_ROLE:
+			o->role = optarg;
 			break;
 		case OPT_DNS:
 			if (o->dns)
@@ -402,6 +424,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 	}
 	if (o->family != AF_UNSPEC && !o->dns)
 		return usage_error("-4 and -6 apply to --dns only");
+	if (o->role && !o->discover)
+		return usage_error("--role applies to --discover only");
 	return 0;
 }
 
@@ -443,8 +467,23 @@ static int collect_endpoints(struct options *o, int argc, char **argv,
 		if (r < 0)
 			return usage_error("%s", err);
 	}
+	if (o->discover) {
+		char dir[PATH_MAX];
+		size_t stale = 0;
+
+		r = ctl_endpoints_add_discovered(list, o->discover_dir, o->role, &stale, err,
+						 sizeof(err));
+		if (r < 0)
+			return usage_error("--discover: %s", err);
+		if (r == 0 && ctl_discovery_dir(o->discover_dir, dir, sizeof(dir), err,
+						sizeof(err)) == 0)
+			return usage_error("--discover: no live server%s%s%s in %s (%zu stale "
+					   "record%s skipped)",
+					   o->role ? " of role '" : "", o->role ? o->role : "",
+					   o->role ? "'" : "", dir, stale, stale == 1 ? "" : "s");
+	}
 	if (list->count == 0)
-		return usage_error("no endpoint given (arguments, --file or --dns)");
+		return usage_error("no endpoint given (arguments, --file, --dns or --discover)");
 	dropped = ctl_endpoints_dedup(list);
 	(void)dropped;
 	return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Abusive clients against a running dormantd on loopback (issue 11, 1), with
+"""Abusive clients against a running dormantd on loopback, with
 the answers of /healthz (1 s timeout) and a sleep and a wake after each:
 192 partial requests closed with a FIN in the same segment, 64 clients
 trickling a header line every 10 s for 35 s, 500 idle keep-alive

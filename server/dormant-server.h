@@ -122,6 +122,26 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s);
 DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
 						  const char *path);
 
+/*
+ * Publish where the server listens, for dormantctl --discover and
+ * dormant.client.Client.discover(): a discovery record, one small JSON file
+ * (pid, process start time, url, port, host, start time, $RANK, $LOCAL_RANK,
+ * $WORLD_SIZE and a role, format in docs/orchestrators.md), written under a
+ * temporary name and renamed, so that readers never see half of one. It is
+ * how colocated processes started on port 0 are found. dir NULL:
+ * $DORMANT_RUNTIME_DIR, else $XDG_RUNTIME_DIR/dormant, else
+ * /tmp/dormant-UID (created with mode 0700; the /tmp one must be this
+ * user's). role NULL: $DORMANT_ROLE, else none; 1 to 63 of
+ * [A-Za-z0-9_.:-]. Publishing again replaces the record; dormant_server_stop()
+ * removes it first thing. dormant_server_start() publishes by itself when
+ * $DORMANT_PUBLISH is 1 (default directory) or an absolute directory path.
+ * Returns -EINVAL (bad role), -EPERM (a /tmp directory of another user),
+ * -ENOTDIR, -ENAMETOOLONG, -ENOMEM, or the errno of the failed file operation.
+ * Thread-safe.
+ */
+DORMANT_EXPORT int dormant_server_publish(struct dormant_server *s, const char *dir,
+					  const char *role);
+
 /* "http://127.0.0.1:PORT" or "unix:PATH"; owned by the server. */
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s);
 

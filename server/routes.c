@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Every route of the HTTP API, in one table. openapi.yaml describes each of
- * them; the handlers are in api/handlers.c.
+ * them; the handlers are in api/handlers.c, those of the vLLM and SGLang
+ * routes in api/compat.c.
  */
 #include "routes.h"
 
@@ -12,22 +13,26 @@
 static void sleep_route(struct api_context *ctx, const struct api_request *req,
 			struct api_response *resp)
 {
-	/* also vLLM's POST /sleep?level=1 */
+	/* also vLLM's POST /sleep?level=1&mode=abort */
 	api_handle_transition(ctx, API_SLEEP, true, req, resp);
 }
 
 static void wake_route(struct api_context *ctx, const struct api_request *req,
 		       struct api_response *resp)
 {
-	/* /wake, vLLM's /wake_up?tags=, SGLang's /resume_memory_occupation */
 	api_handle_transition(ctx, API_WAKE, false, req, resp);
 }
 
 static void release_route(struct api_context *ctx, const struct api_request *req,
 			  struct api_response *resp)
 {
-	/* SGLang's /release_memory_occupation */
-	api_handle_transition(ctx, API_SLEEP, false, req, resp);
+	api_handle_sglang_occupation(ctx, API_SLEEP, req, resp);
+}
+
+static void resume_route(struct api_context *ctx, const struct api_request *req,
+			 struct api_response *resp)
+{
+	api_handle_sglang_occupation(ctx, API_WAKE, req, resp);
 }
 
 static void openapi_route(struct api_context *ctx, const struct api_request *req,
@@ -53,12 +58,14 @@ static const struct route routes[] = {
 	{ "/readyz", ROUTE_GET, true, false, api_handle_readyz },
 	{ "/metrics", ROUTE_GET, true, false, api_handle_metrics },
 	{ "/openapi.yaml", ROUTE_GET, false, false, openapi_route },
-	/* vLLM */
-	{ "/wake_up", ROUTE_POST, false, true, wake_route },
+	/* vLLM (api/compat.c) */
+	{ "/wake_up", ROUTE_POST, false, true, api_handle_vllm_wake_up },
 	{ "/is_sleeping", ROUTE_GET, false, false, api_handle_is_sleeping },
-	/* SGLang */
-	{ "/release_memory_occupation", ROUTE_POST, false, true, release_route },
-	{ "/resume_memory_occupation", ROUTE_POST, false, true, wake_route },
+	/* SGLang (api/compat.c): GET too, as SGLang's api_route has it, but no
+	 * HEAD, which would change state */
+	{ "/release_memory_occupation", ROUTE_GET_NO_HEAD | ROUTE_POST, false, true, release_route },
+	{ "/resume_memory_occupation", ROUTE_GET_NO_HEAD | ROUTE_POST, false, true, resume_route },
+	{ "/flush_cache", ROUTE_GET | ROUTE_POST, false, false, api_handle_flush_cache },
 };
 
 const struct route *route_find(const char *path)
@@ -71,8 +78,10 @@ const struct route *route_find(const char *path)
 
 bool route_allows(const struct route *route, const char *method)
 {
-	if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
+	if (strcmp(method, "HEAD") == 0)
 		return route->methods & ROUTE_GET;
+	if (strcmp(method, "GET") == 0)
+		return route->methods & (ROUTE_GET | ROUTE_GET_NO_HEAD);
 	if (strcmp(method, "POST") == 0)
 		return route->methods & ROUTE_POST;
 	return false;
@@ -80,5 +89,9 @@ bool route_allows(const struct route *route, const char *method)
 
 const char *route_allow_header(const struct route *route)
 {
-	return route->methods & ROUTE_GET ? "GET, HEAD" : "POST";
+	if (route->methods & ROUTE_GET)
+		return route->methods & ROUTE_POST ? "GET, HEAD, POST" : "GET, HEAD";
+	if (route->methods & ROUTE_GET_NO_HEAD)
+		return route->methods & ROUTE_POST ? "GET, POST" : "GET";
+	return "POST";
 }

@@ -10,6 +10,7 @@
 enum route_methods {
 	ROUTE_GET = 1 << 0, /* HEAD too */
 	ROUTE_POST = 1 << 1,
+	ROUTE_GET_NO_HEAD = 1 << 2, /* GET that changes state: HEAD refused */
 };
 
 struct route {
@@ -29,7 +30,7 @@ const struct route *route_find(const char *path);
 /* Whether the route answers an HTTP method ("HEAD" counts as GET). */
 bool route_allows(const struct route *route, const char *method);
 
-/* The Allow header of a route: "GET, HEAD" or "POST". Static. */
+/* The Allow header of a route ("GET, HEAD", "POST", "GET, POST", ...). Static. */
 const char *route_allow_header(const struct route *route);
 
 /* The contract served at GET /openapi.yaml (generated from openapi.yaml). */

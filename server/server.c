@@ -43,6 +43,7 @@
 #include "api.h"
 #include "auth.h"
 #include "conns.h"
+#include "discovery.h"
 #include "dormant-server.h"
 #include "faults.h"
 #include "routes.h"
@@ -97,6 +98,7 @@ struct dormant_server {
 	unsigned resumes_pending;
 	unsigned offloaded;        /* handlers running on threads of their own */
 	bool stopping;
+	char *record_path;         /* discovery record (discovery.c), removed at stop */
 };
 
 struct params {
@@ -855,6 +857,25 @@ static int options_check(const struct dormant_server_options *o, struct limits *
 	return 0;
 }
 
+/* $DORMANT_PUBLISH: "1" publishes a record in the default directory, a path
+ * (starting with "/") in that directory; unset, "" or "0": none. Returns 1
+ * (publish, *ret_dir NULL or the directory), 0, or -EINVAL. */
+static int publish_env(const char **ret_dir)
+{
+	const char *env = getenv("DORMANT_PUBLISH");
+
+	*ret_dir = NULL;
+	if (!env || !*env || strcmp(env, "0") == 0)
+		return 0;
+	if (strcmp(env, "1") != 0 && env[0] != '/')
+		return error_set(-EINVAL,
+				 "$DORMANT_PUBLISH is '%.64s': 1, 0, or the absolute path of a "
+				 "directory", env);
+	if (env[0] == '/')
+		*ret_dir = env;
+	return 1;
+}
+
 DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts)
 {
 	static const struct dormant_server_options defaults = { 0 };
@@ -874,6 +895,9 @@ DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_opti
 	if (r < 0)
 		return r;
 	r = faults_parse(opts->faults ? opts->faults : getenv("DORMANT_FAULTS"), &faults);
+	if (r < 0)
+		return r;
+	r = publish_env(&(const char *){ NULL });
 	if (r < 0)
 		return r;
 	r = auth_token_load(opts, &token);
@@ -900,8 +924,31 @@ DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_opti
 	return 0;
 }
 
+/* Remove the discovery record, if any. */
+static void record_remove(struct dormant_server *s)
+{
+	char *path;
+
+	pthread_mutex_lock(&s->lock);
+	path = s->record_path;
+	s->record_path = NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (path)
+		unlink(path);
+	free(path);
+}
+
+static int record_from_environment(struct dormant_server *s)
+{
+	const char *dir;
+	int r = publish_env(&dir);
+
+	return r <= 0 ? r : dormant_server_publish(s, dir, NULL);
+}
+
 static void server_free(struct dormant_server *s)
 {
+	record_remove(s);
 	faults_remove(&s->faults);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
@@ -1026,6 +1073,14 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		r = error_set(-ENOMEM, "starting the watchdog thread: %s", strerror(r));
 		goto err;
 	}
+	/* published once it answers, so that a reader never finds a record
+	 * of a server that refuses connections */
+	r = record_from_environment(s);
+	if (r < 0) {
+		conn_table_unwatch(&s->conns);
+		MHD_stop_daemon(s->daemon);
+		goto err;
+	}
 	*ret = s;
 	return 0;
 
@@ -1068,6 +1123,33 @@ DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_server_publish(struct dormant_server *s, const char *dir,
+					  const char *role)
+{
+	char path[PATH_MAX];
+	char *copy, *old;
+	int r;
+
+	if (!s)
+		return error_set(-EINVAL, "no server");
+	r = discovery_publish(dir, role, s->url, s->port, path, sizeof(path));
+	if (r < 0)
+		return r;
+	copy = strdup(path);
+	if (!copy) {
+		unlink(path);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	pthread_mutex_lock(&s->lock);
+	old = s->record_path;
+	s->record_path = copy;
+	pthread_mutex_unlock(&s->lock);
+	if (old) /* published again: the new record replaces the old */
+		unlink(old);
+	free(old);
+	return 0;
+}
+
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s)
 {
 	return s ? s->url : "";
@@ -1091,6 +1173,7 @@ DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
 		shutdown(fd, SHUT_RDWR);
 	}
 	unix_path_remove(s);
+	record_remove(s); /* no reader finds it from now on */
 
 	pthread_mutex_lock(&s->lock);
 	s->stopping = true;

@@ -45,6 +45,8 @@ struct config {
 	const char *backend;
 	size_t keep_bytes;
 	size_t discard_bytes;
+	const char *keep_text;    /* --keep and --discard as given, for messages */
+	const char *discard_text;
 	enum dormant_host_mode host_mode;
 	const char *token;
 	const char *token_file;
@@ -53,6 +55,9 @@ struct config {
 	bool quiet;
 	unsigned fail_wakes;
 	const char *port_file;
+	bool publish;
+	const char *publish_dir;
+	const char *role;
 	unsigned max_connections;
 	unsigned max_connections_per_ip;
 	unsigned connection_timeout_s;
@@ -144,13 +149,19 @@ static void usage(FILE *f)
 	      "                        any; OP create, map, copy or host-alloc; see\n"
 	      "                        docs/testing.md); may be given up to 8 times\n"
 	      "  --port-file FILE      write the bound port to FILE once listening\n"
+	      "  --publish[=DIR]       publish a discovery record (for dormantctl --discover)\n"
+	      "                        in DIR (default: $DORMANT_RUNTIME_DIR, else\n"
+	      "                        $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID)\n"
+	      "  --role NAME           the role in the record (default: $DORMANT_ROLE)\n"
 	      "  --option NAME=VALUE   set a manager option (listed below; after --backend\n"
 	      "                        and --host-mode); may be given many times\n"
 	      "  -h, --help            show this and exit\n"
 	      "  -V, --version         print the version and exit\n"
 	      "\n"
 	      "SIZE is a number with an optional suffix: K, M, G, T (powers of 1024, also\n"
-	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n"
+	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000). Sizes that do not fit\n"
+	      "in device 0's free memory, or whose host copy does not fit in the host's\n"
+	      "available memory, are refused before anything is allocated (exit status 2).\n"
 	      "\n"
 	      "Manager options (--option NAME=VALUE; the environment variable applies when\n"
 	      "the option is not given):\n",
@@ -159,7 +170,6 @@ static void usage(FILE *f)
 	for (size_t i = 0; dormant_option_name(i); i++) {
 		const char *values = dormant_option_values(i);
 		const char *env = dormant_option_env(i);
-
 		const char *doc = dormant_option_doc(i);
 
 		fprintf(f, "  %-18s %s, default %s%s%s\n", dormant_option_name(i),
@@ -263,7 +273,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
 		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
-		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_OPTION,
+		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE, OPT_OPTION,
 	};
 	static const struct option options[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -284,6 +294,8 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "connection-timeout", required_argument, NULL, OPT_CONNECTION_TIMEOUT },
 		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
 		{ "fault", required_argument, NULL, OPT_FAULT },
+		{ "publish", optional_argument, NULL, OPT_PUBLISH },
+		{ "role", required_argument, NULL, OPT_ROLE },
 		{ "option", required_argument, NULL, OPT_OPTION },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -296,6 +308,8 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		.backend = "auto",
 		.keep_bytes = (size_t)64 << 20,
 		.discard_bytes = (size_t)64 << 20,
+		.keep_text = "64MiB",
+		.discard_text = "64MiB",
 		.threads = 4,
 	};
 	opterr = 0;
@@ -325,6 +339,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 				     opt == OPT_KEEP ? "keep" : "discard", optarg);
 				return -EINVAL;
 			}
+			*(opt == OPT_KEEP ? &c->keep_text : &c->discard_text) = optarg;
 			break;
 		case OPT_HOST_MODE:
 			if (strcmp(optarg, "retain") == 0) {
@@ -417,6 +432,13 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			break;
 		case OPT_PORT_FILE:
 			c->port_file = optarg;
+			break;
+		case OPT_PUBLISH:
+			c->publish = true;
+			c->publish_dir = optarg; /* NULL: the default directory */
+			break;
+		case OPT_ROLE:
+			c->role = optarg;
 			break;
 		case 'h':
 			return FLAGS_HELP;
@@ -813,19 +835,72 @@ static void server_options_fill(struct demo *d, struct dormant_server_options *o
 	};
 }
 
-/* The tags must fit in device 0, where they are allocated. -E2BIG after
+/* bytes as "1.5 GiB", "64 MiB" or "17 bytes" into buf. */
+static const char *bytes_text(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double value = (double)bytes / 1024;
+	size_t unit = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%" PRIu64 " bytes", bytes);
+		return buf;
+	}
+	while (value >= 1024 && unit + 1 < sizeof(units) / sizeof(units[0])) {
+		value /= 1024;
+		unit++;
+	}
+	snprintf(buf, len, value == (double)(uint64_t)value ? "%.0f %s" : "%.1f %s", value,
+		 units[unit]);
+	return buf;
+}
+
+/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
+static uint64_t host_available_bytes(void)
+{
+	unsigned long long kib = 0;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kib * 1024;
+}
+
+/* Sizes that cannot fit fail here, at once, with the sizes as given, before
+ * anything is allocated or filled: the tags must fit in what device 0, where
+ * they are allocated, has free, and the host must hold the kept bytes' copy
+ * (on the host backend the device's memory is host memory too). -E2BIG after
  * saying so. */
 static int sizes_check(struct demo *d)
 {
 	struct dormant_stats *st = d->stats;
-	size_t keep = d->config.keep_bytes, discard = d->config.discard_bytes;
+	uint64_t keep = d->config.keep_bytes, discard = d->config.discard_bytes;
+	uint64_t host_need = keep, host_have = host_available_bytes();
+	char total_text[32], free_text[32], need_text[32], have_text[32];
+	const struct dormant_device_stats *dev;
 
 	if (dormant_stats_get(d->m, st) < 0 || st->device_count == 0 ||
 	    st->devices[0].total_bytes == 0)
 		return 0; /* cannot tell: the allocation says */
-	if (keep > st->devices[0].total_bytes || discard > st->devices[0].total_bytes - keep) {
-		warn("--keep %zu and --discard %zu bytes do not fit in device 0 (%zu bytes)", keep,
-		     discard, (size_t)st->devices[0].total_bytes);
+	dev = &st->devices[0];
+	if (keep > dev->free_bytes || discard > dev->free_bytes - keep) {
+		warn("--keep %s and --discard %s do not fit in device 0 (%s of %s free)",
+		     d->config.keep_text, d->config.discard_text,
+		     bytes_text(dev->free_bytes, free_text, sizeof(free_text)),
+		     bytes_text(dev->total_bytes, total_text, sizeof(total_text)));
+		return -E2BIG;
+	}
+	if (strcmp(dormant_backend_name(d->m), "host") == 0)
+		host_need += keep + discard;
+	if (host_have && host_need > host_have) {
+		warn("--keep %s and --discard %s need %s of host memory, %s available", d->config.keep_text,
+		     d->config.discard_text, bytes_text(host_need, need_text, sizeof(need_text)),
+		     bytes_text(host_have, have_text, sizeof(have_text)));
 		return -E2BIG;
 	}
 	return 0;
@@ -888,6 +963,13 @@ int main(int argc, char **argv)
 		r = dormant_server_write_port_file(server, d.config.port_file);
 		if (r < 0) {
 			warn("writing %s: %s", d.config.port_file, strerror(-r));
+			goto out;
+		}
+	}
+	if (d.config.publish || d.config.role) {
+		r = dormant_server_publish(server, d.config.publish_dir, d.config.role);
+		if (r < 0) {
+			warn("publishing the discovery record: %s", dormant_last_error());
 			goto out;
 		}
 	}

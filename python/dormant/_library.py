@@ -123,6 +123,7 @@ _PROTOTYPES = {
     "dormant_server_port": (c_int, [c_void_p]),
     "dormant_server_url": (c_char_p, [c_void_p]),
     "dormant_server_stop": (None, [c_void_p]),
+    "dormant_server_publish": (c_int, [c_void_p, c_char_p, c_char_p]),
 }
 
 

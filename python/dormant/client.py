@@ -20,6 +20,11 @@ of `ports`. A 503 (honouring Retry-After) and a connection error are retried
 with doubling, jittered delays; a 409 is retried only after an attempt of
 the same request timed out once sent (the server may still be running it).
 
+Servers that publish discovery records (dormantd --publish, serve(publish=
+True), $DORMANT_PUBLISH=1) are found with Client.discover(dir=None,
+role=None): every live server of the node, however many share a GPU and
+whatever ports they were given.
+
 Each call returns one RankResult per endpoint, in endpoint order. When any
 rank failed it raises RankError instead (pass raise_on_error=False to get
 the results alone), whose message names every failed rank.
@@ -39,7 +44,7 @@ from dataclasses import dataclass, field
 from .errors import DormantError
 
 __all__ = ["Client", "AsyncClient", "RankResult", "RankError", "parse_endpoints",
-           "DEFAULT_PORT"]
+           "discover", "Record", "runtime_dir", "DEFAULT_PORT"]
 
 DEFAULT_PORT = 8787
 TOKEN_MAX = 4096
@@ -194,6 +199,134 @@ def parse_endpoints(endpoints=None, *, dns=None, ports=None, family=None):
     if not out:
         raise ValueError("no endpoints (give endpoints or dns)")
     return out
+
+
+# ---- discovery records -----------------------------------------------------
+
+RECORD_VERSION = 1
+_RECORD_MAX = 4096
+
+
+@dataclass(frozen=True)
+class Record:
+    """One server's discovery record (docs/orchestrators.md)."""
+    file: str
+    pid: int
+    url: str
+    port: int = None
+    host: str = None
+    rank: int = None
+    local_rank: int = None
+    world_size: int = None
+    role: str = None
+    started_unix_s: float = None
+
+
+def runtime_dir(dir=None):
+    """The directory of discovery records: dir, else $DORMANT_RUNTIME_DIR,
+    else $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID (as the servers)."""
+    if dir:
+        return os.fspath(dir)
+    if os.environ.get("DORMANT_RUNTIME_DIR"):
+        return os.environ["DORMANT_RUNTIME_DIR"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "dormant")
+    return f"/tmp/dormant-{os.getuid()}"
+
+
+def _start_ticks(pid):
+    """Field 22 of /proc/PID/stat (start time in clock ticks), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stale(pid, start_ticks):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    if start_ticks is None:
+        return False
+    ticks = _start_ticks(pid)
+    return ticks is not None and ticks != start_ticks  # the pid was reused
+
+
+def _whole(doc, key):
+    v = doc.get(key)
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+        raise ValueError(f'"{key}" is not a whole number or null')
+    return v
+
+
+def _record(path, name):
+    with open(path, "rb") as f:
+        raw = f.read(_RECORD_MAX + 1)
+    if len(raw) > _RECORD_MAX:
+        raise ValueError(f"larger than {_RECORD_MAX} bytes")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"malformed JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError('no integer "version"')
+    if version != RECORD_VERSION:
+        raise ValueError('a "version" this client does not know (upgrade dormant)')
+    pid = doc.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= 0x7fffffff:
+        raise ValueError('no positive integer "pid"')
+    url = doc.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://", "unix:")):
+        raise ValueError('no "url" (http://HOST:PORT or unix:PATH)')
+    role = doc.get("role")
+    if role is not None and not isinstance(role, str):
+        raise ValueError('"role" is neither a string nor null')
+    ticks = _whole(doc, "start_ticks")
+    started = doc.get("started_unix_s")
+    return ticks, Record(name, pid, url, doc.get("port"), doc.get("host"),
+                         _whole(doc, "rank"), _whole(doc, "local_rank"),
+                         _whole(doc, "world_size"), role,
+                         started if isinstance(started, (int, float)) else None)
+
+
+def discover(dir=None, role=None, *, stale=None):
+    """The live servers that published a discovery record in runtime_dir(dir)
+    (of `role` only, if given), ordered by rank, local rank, then pid.
+    Records of processes that are gone (or whose pid another process now
+    has) are skipped, and appended to the list `stale` if one is given. A
+    file that is not a record raises ValueError naming it: acting on some
+    servers and silently not on the others is worse than not acting. A
+    missing directory raises FileNotFoundError."""
+    directory = runtime_dir(dir)
+    found = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            ticks, rec = _record(path, name)
+        except FileNotFoundError:
+            continue  # removed meanwhile: its server stopped
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a dormant discovery record ({e})") from None
+        if _stale(rec.pid, ticks):
+            if stale is not None:
+                stale.append(rec)
+            continue
+        if role is None or rec.role == role:
+            found.append(rec)
+    unknown = 1 << 62
+    found.sort(key=lambda r: (unknown if r.rank is None else r.rank,
+                              unknown if r.local_rank is None else r.local_rank, r.pid, r.file))
+    return found
 
 
 # ---- tokens ----------------------------------------------------------------
@@ -448,6 +581,22 @@ class _Common:
         self.ssl_context = ssl_context
         self.raise_on_error = raise_on_error
         self._random = random.Random()
+
+    @classmethod
+    def discover(cls, dir=None, role=None, **kwargs):
+        """A client over every live server that published a discovery record
+        in runtime_dir(dir), of `role` only if given (see discover()); other
+        arguments as for the constructor. Raises ValueError when there is
+        none, or a file there is not a record."""
+        stale = []
+        records = discover(dir, role, stale=stale)
+        if not records:
+            of = f" of role {role!r}" if role is not None else ""
+            raise ValueError(f"no live server{of} in {runtime_dir(dir)} "
+                             f"({len(stale)} stale record(s) skipped)")
+        client = cls([r.url for r in records], **kwargs)
+        client.records = records
+        return client
 
     # how a retry waits (tests replace them to see the delays)
     _sleep = staticmethod(time.sleep)

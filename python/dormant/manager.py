@@ -5,6 +5,7 @@ import ctypes
 import errno
 import json
 import logging
+import os
 import threading
 import time
 import weakref
@@ -601,7 +602,7 @@ class Manager:
     def serve(self, host="127.0.0.1", port=0, token=None, *, unix_path=None, token_file=None,
               open_probes=False, threads=0, max_connections=0, connection_timeout_s=0,
               quiet=False, stats_extra=None, max_connections_per_ip=0, request_timeout_s=0,
-              faults=None):
+              faults=None, publish=None, role=None):
         """Start the HTTP control plane (POST /sleep, /wake, GET /stats, ...)
         on its own threads inside this process. port 0 picks a free port.
         token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
@@ -614,7 +615,11 @@ class Manager:
         connection's opening or last answer. faults: a test tool, device
         faults armed at sleeps and wakes ("wake:create", see
         docs/testing.md); None: $DORMANT_FAULTS if set, "" none.
-        Returns a Server (.url, .port, .stop())."""
+        publish: True (or a directory) writes a discovery record there, so
+        that dormantctl --discover and dormant.client.Client.discover() find
+        this server on a port 0 (docs/orchestrators.md); None:
+        $DORMANT_PUBLISH decides. role: the record's role (implies publish;
+        default $DORMANT_ROLE). Returns a Server (.url, .port, .stop())."""
         lib = self._lib
         start = lib.need("dormant_server_start", "serve()")
         opts = _library.ServerOptions()
@@ -649,6 +654,14 @@ class Manager:
         self._check(start(self._handle(), ctypes.byref(opts), ctypes.byref(handle)))
         server = Server(self, handle, extra_callback)
         self._servers.add(server)
+        if publish or role is not None:
+            where = None if publish is True or not publish else os.fspath(publish)
+            fn = lib.need("dormant_server_publish", "serve(publish=...)")
+            r = fn(handle, c_str(where), c_str(role))
+            if r < 0:
+                message = lib.last_error()
+                server.stop()
+                raise error_from(r, message)
         return server
 
     # ---- PyTorch ------------------------------------------------------------

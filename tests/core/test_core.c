@@ -219,6 +219,32 @@ Test(basics, host_backend_returns_pages_to_the_os)
 	dormant_destroy(m);
 }
 
+/* A size the device cannot hold fails at once (not one chunk created),
+ * naming the size asked for, whether the device is too small or has too
+ * little free (another process holds some of it). */
+Test(basics, an_allocation_that_cannot_fit_fails_at_once)
+{
+	struct dormant *m = manager();
+	uint64_t creates = dormant_debug_op_count(m, DORMANT_FAULT_CREATE), free_bytes;
+	void *p = NULL;
+
+	cr_expect_eq(dormant_alloc(m, "weights", 1ull << 50, &p), -ENOMEM);
+	cr_expect(strstr(dormant_last_error(), "allocating 1125899906842624 bytes") &&
+			  strstr(dormant_last_error(), "1 PiB is more than device 0 holds"),
+		  "%s", dormant_last_error());
+	cr_assert_eq(dormant_debug_occupy(m, 0, 256 * MiB), 0, "%s", dormant_last_error());
+	free_bytes = stats(m)->devices[0].free_bytes;
+	cr_expect_eq(dormant_alloc(m, "weights", free_bytes + 64 * MiB, &p), -ENOMEM);
+	cr_expect(strstr(dormant_last_error(), "is more than device 0 has free"), "%s",
+		  dormant_last_error());
+	cr_expect_null(p);
+	cr_expect_eq(dormant_debug_op_count(m, DORMANT_FAULT_CREATE), creates,
+		     "chunks were created for allocations that could not fit");
+	cr_expect_eq(stats(m)->device_bytes, 0);
+	cr_assert_eq(dormant_debug_occupy(m, 0, 0), 0);
+	dormant_destroy(m);
+}
+
 Test(basics, some_tags_only)
 {
 	struct dormant *m = manager();

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Guarantees that a mutation run found unprotected (issue 11 section 3), each
+ * Guarantees that a mutation run found unprotected, each
  * with a test that fails when the guarantee is broken (docs/testing.md lists
  * the mutations tried). Host backend only: these look at the process's real
  * memory and at the host backend's deferred streams.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Host memory down to the live state (issue 10): per-allocation policies,
+ * Host memory down to the live state: per-allocation policies,
  * ranges marked unused, the rebuild policy. Public API only, so the same
  * executable runs on the host backend (suite unit) and on the CUDA backend
  * (suite gpu, DORMANT_BACKEND=cuda).

@@ -511,6 +511,25 @@ def test_launcher_usage_errors(args, message):
     assert p.returncode == 2 and message in p.stderr
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_launcher_help_is_its_header(flag):
+    p = subprocess.run([LAUNCHER, flag], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("dormant-ranks: run one process per local rank"), lines[0]
+    assert "  dormant-ranks [--ranks N] [--base-port P] [--no-visible-devices] -- COMMAND [ARG...]" \
+        in lines
+    assert any("N is 8" in line for line in lines) and "set -u" not in p.stdout
+    assert not any(line.startswith("#") for line in lines), p.stdout
+
+
+def test_launcher_usage_error_names_the_usage():
+    p = subprocess.run([LAUNCHER, "--bogus"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.splitlines()[-1] == (
+        "usage: dormant-ranks [--ranks N] [--base-port P] [--no-visible-devices] -- COMMAND [ARG...]")
+
+
 def test_launcher_runs_ranks_of_dormantd_and_stops_them_on_sigterm(tmp_path):
     """The container's entry point with real ranks: two dormantd, each on a
     free port written to its own file, all healthy through dormantctl; SIGTERM

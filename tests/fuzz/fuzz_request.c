@@ -189,8 +189,10 @@ static void serve(const char *method, const char *target, const char *content_ty
 		req.body = body_size ? body : NULL;
 		req.body_size = body_size;
 		route->handle(&ctx, &req, &resp);
-		/* a body that says something must be JSON for a transition to run */
-		if (route->slow && resp.status == 200 && !blank(body, body_size)) {
+		/* a body that says something must be JSON for a transition to
+		 * run (vLLM's /wake_up ignores a body not sent as JSON) */
+		if (route->slow && resp.status == 200 && !blank(body, body_size) &&
+		    !(strcmp(path, "/wake_up") == 0 && !api_body_is_json(&req))) {
 			json_t *doc = json_loadb(body, body_size, 0, NULL);
 
 			CHECK(json_is_object(doc));

@@ -67,7 +67,7 @@ class ModelConfig:
     seed: int = 1234
 
 
-# About 186 M parameters: the size of model that issue 10 was measured on.
+# About 186 M parameters: the size of model the live-bytes targets were set on.
 BENCH_MODEL = ModelConfig(layers=12, hidden=1024, heads=16, ffn=4096, vocab=32768, seq=1024,
                           batch=4)
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Abusive clients on real loopback sockets (issue 11, 1): after each, the
+ * Abusive clients on real loopback sockets: after each, the
  * server must still answer /healthz and a well-behaved sleep and wake. No
  * test measures speed: waits are bounded (a socket read times out after
  * READ_TIMEOUT_S, a poll gives up after POLL_TRIES) and only fail the test

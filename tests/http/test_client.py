@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""dormant.client (issue 13, 1 and 5) against several real dormantd processes
+"""dormant.client against several real dormantd processes
 on loopback: all up, one down, one answering 503 then recovering, a wrong
 token, one that never answers (past the timeout); the blocking Client and
 the AsyncClient alike. Also the endpoint forms, the token sources, the

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The first bad input a new user makes (issue 11, 5) and the fault switch of
-dormantd (6): every program answers a bad flag with one line and exit status
+"""The first bad input a new user makes and the fault switch of dormantd:
+every program answers a bad flag with one line and exit status
 2, -h/--help with its usage and 0, --version with the Meson project version;
 dormantd checks its arguments before it starts a backend, and --fault (or
 $DORMANT_FAULTS) makes device faults that HTTP clients see.
@@ -112,9 +112,29 @@ def test_dormantd_checks_arguments_before_the_backend(args, words):
 def test_dormantd_sizes_must_fit_the_device():
     p = run('dormantd', '--backend', 'host', '--quiet', '--keep', '48MiB', '--discard', '48MiB',
             '--listen', '127.0.0.1:0', env={'DORMANT_HOST_DEVICE_BYTES': '64MiB'})
-    assert p.returncode == 2, (p.returncode, p.stderr)
-    assert 'do not fit in device 0' in p.stderr, p.stderr
-    assert 'listening' not in p.stdout
+    one_line_error(p, '--keep 48MiB and --discard 48MiB do not fit in device 0',
+                   '(64 MiB of 64 MiB free)')
+
+
+def test_dormantd_keep_larger_than_the_device_fails_at_once():
+    # the host backend's default device: 64 GiB; nothing is allocated first
+    p = run('dormantd', '--backend', 'host', '--quiet', '--keep', '1TiB',
+            '--listen', '127.0.0.1:0')
+    one_line_error(p, '--keep 1TiB and --discard 64MiB do not fit in device 0',
+                   '(64 GiB of 64 GiB free)')
+
+
+def test_dormantd_keep_larger_than_host_memory_fails_at_once():
+    """Kept bytes need their host copy (and, on the host backend, the device
+    is host memory too): more than the machine has is refused before
+    anything is allocated or filled."""
+    with open('/proc/meminfo') as f:
+        total_kib = next(int(line.split()[1]) for line in f if line.startswith('MemTotal:'))
+    keep_gib = total_kib // (1 << 20) + 1  # more than all of it, but within the device
+    p = run('dormantd', '--backend', 'host', '--quiet', '--keep', f'{keep_gib}GiB',
+            '--listen', '127.0.0.1:0', env={'DORMANT_HOST_DEVICE_BYTES': f'{4 * keep_gib}GiB'})
+    one_line_error(p, f'--keep {keep_gib}GiB and --discard 64MiB need', 'of host memory',
+                   'available')
 
 
 def test_dormantd_options_apply_and_are_listed():

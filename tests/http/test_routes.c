@@ -234,64 +234,7 @@ Test(routes, noop_says_nothing_changed)
 	http_response_free(&r);
 }
 
-Test(routes, vllm_compatible)
-{
-	struct http_response r;
-
-	http_post(&f, "/sleep?level=1", NULL, &r);
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	http_response_free(&r);
-	http_get(&f, "/is_sleeping", &r);
-	cr_assert_str_eq(r.body, "{\"is_sleeping\":true}\n");
-	http_response_free(&r);
-
-	http_post(&f, "/wake_up?tags=weights", NULL, &r);
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	http_response_free(&r);
-	cr_assert_str_eq(tag_state(&f, "weights"), "awake");
-	cr_assert_str_eq(tag_state(&f, "grads"), "asleep");
-	http_get(&f, "/is_sleeping", &r);
-	cr_assert_str_eq(r.body, "{\"is_sleeping\":true}\n");
-	http_response_free(&r);
-
-	http_post(&f, "/wake_up", NULL, &r);
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	http_response_free(&r);
-	http_get(&f, "/is_sleeping", &r);
-	cr_assert_str_eq(r.body, "{\"is_sleeping\":false}\n");
-	http_response_free(&r);
-
-	http_post(&f, "/sleep?level=3", NULL, &r);
-	assert_problem(&r, 400, "bad-request");
-	http_response_free(&r);
-	/* level is vLLM's sleep only */
-	http_post(&f, "/wake_up?level=1", NULL, &r);
-	assert_problem(&r, 400, "bad-request");
-	http_response_free(&r);
-}
-
-Test(routes, sglang_compatible)
-{
-	struct http_response r;
-
-	http_post(&f, "/release_memory_occupation", "{\"tags\": null}", &r);
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	http_response_free(&r);
-	cr_assert_str_eq(tag_state(&f, "weights"), "asleep");
-	cr_assert_str_eq(tag_state(&f, "grads"), "asleep");
-
-	http_post(&f, "/resume_memory_occupation", "{\"tags\": [\"weights\"]}", &r);
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	http_response_free(&r);
-	cr_assert_str_eq(tag_state(&f, "weights"), "awake");
-	cr_assert_str_eq(tag_state(&f, "grads"), "asleep");
-
-	http_post(&f, "/resume_memory_occupation", "{\"tags\": null}", &r);
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	http_response_free(&r);
-	cr_assert(weights_intact(&f));
-	cr_assert(grads_zero(&f));
-}
+/* the vLLM and SGLang routes: test_compat.c */
 
 Test(routes, stats)
 {
@@ -458,10 +401,6 @@ Test(routes, unknown_tag)
 	http_response_free(&r);
 	/* nothing moved */
 	cr_assert_str_eq(tag_state(&f, "weights"), "awake");
-
-	http_post(&f, "/wake_up?tags=nope", NULL, &r);
-	assert_problem(&r, 404, "unknown-tag");
-	http_response_free(&r);
 }
 
 struct bad_case {
@@ -490,8 +429,6 @@ Test(routes, bad_input)
 		{ "POST", "/sleep", NULL, "{\"tags\": [1]}", 400, "bad-request" },
 		{ "POST", "/sleep", NULL, "{\"tags\": [[\"weights\"]]}", 400, "bad-request" },
 		{ "POST", "/sleep", NULL, "{\"tags\": {\"weights\": true}}", 400, "bad-request" },
-		{ "POST", "/release_memory_occupation", NULL, "{\"tags\": true}", 400,
-		  "bad-request" },
 		/* unknown fields and parameters */
 		{ "POST", "/sleep", NULL, "{\"tag\": [\"weights\"]}", 400, "bad-request" },
 		{ "POST", "/sleep", NULL, "{\"tags\": null, \"level\": 1}", 400, "bad-request" },
@@ -500,7 +437,6 @@ Test(routes, bad_input)
 		{ "POST", "/wake?tags=weights", NULL, "{\"tags\": [\"grads\"]}", 400, "bad-request" },
 		{ "POST", "/wake?tags=weights", NULL, "{\"tags\": null}", 400, "bad-request" },
 		{ "GET", "/healthz?verbose=1", NULL, NULL, 400, "bad-request" },
-		{ "GET", "/is_sleeping?x", NULL, NULL, 400, "bad-request" },
 		{ "GET", "/metrics?name=x", NULL, NULL, 400, "bad-request" },
 		{ "GET", "/readyz?x=1", NULL, NULL, 400, "bad-request" },
 		{ "GET", "/openapi.yaml?x=1", NULL, NULL, 400, "bad-request" },

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The Done-when check of pip installs (issue 12), offline with Debian's build
+# The check of pip installs (README's Install), offline with Debian's build
 # tools: a virtual environment, `pip install --no-build-isolation` of the
 # checkout (meson-python builds libdormant into the package), then, outside
 # the checkout and without DORMANT_LIB or PYTHONPATH, import dormant (no torch)

@@ -159,3 +159,22 @@ def test_serve_limits_and_faults(mgr):
         assert http("POST", s.url + "/sleep").status == 200
         assert http("POST", s.url + "/wake").status == 503
         assert http("POST", s.url + "/wake").status == 200
+
+
+def test_serve_publishes_a_discovery_record(mgr, tmp_path):
+    from dormant.client import Client, discover
+
+    run = tmp_path / "run"
+    mgr.alloc("weights", 4 * MiB)
+    s = mgr.serve(port=0, publish=str(run), role="actor", quiet=True)
+    try:
+        (rec,) = discover(run)
+        assert (rec.url, rec.port, rec.role) == (s.url, s.port, "actor")
+        assert [r.state for r in Client.discover(run, retries=0).sleep()] == ["asleep"]
+        assert mgr.stats()["state"] == "asleep"
+    finally:
+        s.stop()
+    assert discover(run) == []  # a clean stop removed it
+    with pytest.raises(dormant.InvalidArgumentError, match="role"):
+        mgr.serve(port=0, publish=str(run), role="not a role", quiet=True)
+    assert not mgr._servers  # the refused server was stopped

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Issue 10 on the Python side, on the host backend: Manager.mark_unused(),
+"""Live bytes on the Python side, on the host backend: Manager.mark_unused(),
 the torch glue marking the caching allocator's free blocks before every sleep
 (from Python and over HTTP; checked with the stand-in torch of
 test_region_glue, whose pools describe their segments the way
@@ -15,7 +15,7 @@ from conftest import MiB, http
 import dormant
 from test_region_glue import glue  # noqa: F401  (the fixture)
 
-# Markers kept so these tests read as issue 10's; the library has both now.
+# Markers that once skipped these where the library lacked marks and rebuild; it has both.
 needs_marks = needs_rebuild = pytest.mark.usefixtures()
 MARK_MIN = 64 << 10  # dormant._torch.MARK_MIN_BYTES (checked below)
 

@@ -180,6 +180,23 @@ def test_alloc_while_asleep_is_busy(mgr):
     mgr.wake()
 
 
+def test_alloc_that_cannot_fit_fails_at_once_naming_the_size(mgr):
+    """More than the device holds, or has free: OutOfMemoryError before any
+    chunk is created, the size asked for in the message."""
+    creates = mgr.debug_op_count("create")
+    with pytest.raises(dormant.OutOfMemoryError) as e:
+        mgr.alloc("weights", 1 << 40)
+    assert "1 TiB is more than device 0 holds (256 MiB)" in str(e.value), str(e.value)
+    assert mgr.debug_op_count("create") == creates
+    mgr.alloc("weights", 128 * MiB)
+    creates = mgr.debug_op_count("create")
+    with pytest.raises(dormant.OutOfMemoryError) as e:
+        mgr.alloc("weights", 192 * MiB)
+    assert "192 MiB is more than device 0 has free (128 MiB of 256 MiB)" in str(e.value), str(e.value)
+    assert mgr.debug_op_count("create") == creates
+    assert mgr.stats()["totals"]["device_bytes"] == 128 * MiB
+
+
 def test_free_and_bad_pointer(mgr):
     p = mgr.alloc("w", MiB)
     mgr.free(p)
