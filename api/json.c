@@ -115,9 +115,23 @@ static json_t *text(const char *s, size_t max)
 	return o;
 }
 
+/* The checksum counts (issue 15) beside the others: bytes_unchanged,
+ * chunks_verified, chunk_mismatches. Steals nothing; NULL o stays NULL. */
+static json_t *with_checksums(json_t *o, uint64_t unchanged, uint64_t verified,
+			      uint64_t mismatches)
+{
+	if (o && (json_object_set_new(o, "bytes_unchanged", count_json(unchanged)) < 0 ||
+		  json_object_set_new(o, "chunks_verified", count_json(verified)) < 0 ||
+		  json_object_set_new(o, "chunk_mismatches", count_json(mismatches)) < 0)) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 static json_t *tag_change_json(const struct dormant_tag_change *c)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
+	return with_checksums(json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
 			 "tag", c->tag,
 			 "policy", dormant_policy_name(c->policy),
 			 "before", dormant_state_name(c->before),
@@ -127,7 +141,8 @@ static json_t *tag_change_json(const struct dormant_tag_change *c)
 			 "bytes_released", count_json(c->bytes_released),
 			 "bytes_mapped", count_json(c->bytes_mapped),
 			 "bytes_zeroed", count_json(c->bytes_zeroed),
-			 "bytes_skipped", count_json(c->bytes_skipped));
+			 "bytes_skipped", count_json(c->bytes_skipped)),
+			      c->bytes_unchanged, c->chunks_verified, c->chunk_mismatches);
 }
 
 json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, const char *state)
@@ -160,6 +175,8 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 			   "bytes_skipped", count_json(rep->bytes_skipped),
 			   "copy_gbps", api_number(rep->copy_gbps, API_RATE),
 			   "tags", tags);
+	report = with_checksums(report, rep->bytes_unchanged, rep->chunks_verified,
+				rep->chunk_mismatches);
 	if (!report)
 		return NULL;
 	if (rep->result < 0 &&
@@ -187,6 +204,7 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 		      "bytes_zeroed", count_json(t->bytes_zeroed),
 		      "bytes_skipped", count_json(t->bytes_skipped),
 		      "copy_gbps", api_number(t->copy_gbps, API_RATE));
+	o = with_checksums(o, t->bytes_unchanged, t->chunks_verified, t->chunk_mismatches);
 	if (o && t->result < 0 &&
 	    json_object_set_new(o, "error", text(t->error, sizeof(t->error))) < 0) {
 		json_decref(o);
@@ -221,7 +239,7 @@ static json_t *device_stats_json(const struct dormant_device_stats *d)
 
 json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 {
-	json_t *o = NULL, *tags, *devices;
+	json_t *o = NULL, *tags, *devices, *counters;
 
 	tags = json_array();
 	devices = json_array();
@@ -268,6 +286,15 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 	/* json_pack has consumed tags and devices, failed or not */
 	tags = devices = NULL;
 	if (!o)
+		goto err;
+	counters = json_object_get(o, "counters");
+	if (json_object_set_new(o, "verify", json_boolean(st->verify)) < 0 ||
+	    json_object_set_new(counters, "bytes_unchanged_total",
+				count_json(st->bytes_unchanged_total)) < 0 ||
+	    json_object_set_new(counters, "chunks_verified_total",
+				count_json(st->chunks_verified_total)) < 0 ||
+	    json_object_set_new(counters, "chunk_mismatches_total",
+				count_json(st->chunk_mismatches_total)) < 0)
 		goto err;
 	if (extra && json_object_set_new(o, "extra", extra) < 0) {
 		extra = NULL; /* stolen */

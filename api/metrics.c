@@ -194,6 +194,25 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	fputs("dormant_bytes_skipped_total", f);
 	value_u64(f, st->bytes_skipped_total);
 
+	family(f, "dormant_bytes_unchanged_total", "counter",
+	       "Kept bytes that sleeps did not copy because their retained host copy already "
+	       "held them (checksum unchanged).");
+	fputs("dormant_bytes_unchanged_total", f);
+	value_u64(f, st->bytes_unchanged_total);
+
+	family(f, "dormant_chunks_verified_total", "counter",
+	       "Restored chunks whose checksum after the wake matched the sleep's.");
+	fputs("dormant_chunks_verified_total", f);
+	value_u64(f, st->chunks_verified_total);
+
+	family(f, "dormant_chunk_mismatches_total", "counter",
+	       "Restored chunks whose checksum after the wake did not match (the wake failed).");
+	fputs("dormant_chunk_mismatches_total", f);
+	value_u64(f, st->chunk_mismatches_total);
+
+	family(f, "dormant_verify_enabled", "gauge", "1 while wakes verify checksums.");
+	fprintf(f, "dormant_verify_enabled %d\n", st->verify ? 1 : 0);
+
 	family(f, "dormant_last_transition_timestamp_seconds", "gauge",
 	       "Unix time at which the last sleep or wake that ran ended.");
 	for (int k = 0; k < API_KINDS; k++) {

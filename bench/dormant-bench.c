@@ -12,6 +12,10 @@
  * kept bytes must match the pattern and the discarded bytes must read zero;
  * anything else fails the run.
  *
+ * With --devices N the same tensors are allocated on each of devices 0 to
+ * N-1 (the sizes are per device) and every transition moves all of them:
+ * the figures are the totals, the ceiling that of device 0 times N.
+ *
  * It links the core statically and uses a few internals: the backend table
  * for the ceiling, the manager's worker pool to wait for background frees,
  * and a few of the manager's settings for the report. It never changes the
@@ -62,6 +66,7 @@ struct options {
 	size_t keep_bytes;
 	size_t discard_bytes;
 	size_t tensors; /* per policy */
+	unsigned devices;
 	unsigned cycles;
 	size_t chunk_bytes;
 	size_t staging_bytes;
@@ -80,6 +85,7 @@ struct tensor {
 	void *ptr;
 	size_t size;
 	uint64_t key; /* pattern key */
+	int device;
 	bool keep;
 };
 
@@ -131,8 +137,8 @@ struct bench {
 	size_t *bad_slices;
 	struct tensor *tensors;
 	size_t tensor_count;
-	size_t keep_count, discard_count;
-	uint64_t keep_reserved, discard_reserved;
+	size_t keep_count, discard_count; /* over every device */
+	uint64_t keep_reserved, discard_reserved; /* over every device */
 	size_t granularity;
 	int device;
 	bool host_backend;
@@ -167,6 +173,8 @@ static void usage(FILE *f)
 	      "  --tensors N         split the kept bytes into N allocations and the\n"
 	      "                      discarded bytes into N more, of mixed sizes; default 1\n"
 	      "  --cycles N          sleep+wake cycles, the first one cold; default 6\n"
+	      "  --devices N         the same tensors on each of devices 0 to N-1 (sizes are\n"
+	      "                      per device), all moved by each transition; default 1\n"
 	      "  --backend NAME      auto, cuda or host; default auto\n"
 	      "  --host-mode MODE    retain or release; default the library's\n"
 	      "  --chunk SIZE        physical chunk size (chunk_bytes); default the library's\n"
@@ -215,12 +223,14 @@ static int options_parse(int argc, char **argv, struct options *o)
 		OPT_KEEP = 256, OPT_DISCARD, OPT_TENSORS, OPT_CYCLES, OPT_BACKEND, OPT_HOST_MODE,
 		OPT_CHUNK, OPT_STAGING, OPT_COPY_THREADS, OPT_CEILING_REPS, OPT_SEED, OPT_LABEL,
 		OPT_JSON, OPT_JSON_OUT, OPT_FORCE, OPT_VERBOSE, OPT_DEBUG_CORRUPT, OPT_HELP,
+		OPT_DEVICES,
 	};
 	static const struct option longopts[] = {
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "discard", required_argument, NULL, OPT_DISCARD },
 		{ "tensors", required_argument, NULL, OPT_TENSORS },
 		{ "cycles", required_argument, NULL, OPT_CYCLES },
+		{ "devices", required_argument, NULL, OPT_DEVICES },
 		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ "host-mode", required_argument, NULL, OPT_HOST_MODE },
 		{ "chunk", required_argument, NULL, OPT_CHUNK },
@@ -248,6 +258,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 		.discard_bytes = 16 * GiB,
 		.tensors = 1,
 		.cycles = 6,
+		.devices = 1,
 		.ceiling_reps = 3,
 		.seed = 1,
 	};
@@ -271,6 +282,11 @@ static int options_parse(int argc, char **argv, struct options *o)
 			if (parse_number("--cycles", optarg, 1, CYCLES_MAX, &n) < 0)
 				return -1;
 			o->cycles = (unsigned)n;
+			break;
+		case OPT_DEVICES:
+			if (parse_number("--devices", optarg, 1, DORMANT_DEVICES_MAX, &n) < 0)
+				return -1;
+			o->devices = (unsigned)n;
 			break;
 		case OPT_BACKEND:
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cuda") && strcmp(optarg, "host")) {
@@ -524,8 +540,8 @@ static int tensors_plan(struct bench *b)
 	uint64_t rng = o->seed;
 	int r = -1;
 
-	b->keep_count = o->keep_bytes ? n : 0;
-	b->discard_count = o->discard_bytes ? n : 0;
+	b->keep_count = o->keep_bytes ? n * o->devices : 0;
+	b->discard_count = o->discard_bytes ? n * o->devices : 0;
 	b->tensors = calloc(b->keep_count + b->discard_count, sizeof(*b->tensors));
 	keep = calloc(n, sizeof(*keep));
 	discard = calloc(n, sizeof(*discard));
@@ -537,22 +553,25 @@ static int tensors_plan(struct bench *b)
 		goto out;
 	if (b->discard_count && sizes_split(o->discard_bytes, n, &rng, discard) < 0)
 		goto out;
-	for (size_t i = 0; i < n; i++) {
-		if (b->keep_count) {
-			struct tensor *t = &b->tensors[b->tensor_count++];
+	for (unsigned d = 0; d < o->devices; d++)
+		for (size_t i = 0; i < n; i++) {
+			if (b->keep_count) {
+				struct tensor *t = &b->tensors[b->tensor_count++];
 
-			t->size = keep[i];
-			t->keep = true;
-			b->keep_reserved += round_up(t->size, b->granularity);
-		}
-		if (b->discard_count) {
-			struct tensor *t = &b->tensors[b->tensor_count++];
+				t->size = keep[i];
+				t->keep = true;
+				t->device = o->devices > 1 ? (int)d : b->device;
+				b->keep_reserved += round_up(t->size, b->granularity);
+			}
+			if (b->discard_count) {
+				struct tensor *t = &b->tensors[b->tensor_count++];
 
-			t->size = discard[i];
-			t->keep = false;
-			b->discard_reserved += round_up(t->size, b->granularity);
+				t->size = discard[i];
+				t->keep = false;
+				t->device = o->devices > 1 ? (int)d : b->device;
+				b->discard_reserved += round_up(t->size, b->granularity);
+			}
 		}
-	}
 	for (size_t i = 0; i < b->tensor_count; i++) {
 		uint64_t state = o->seed ^ ((uint64_t)i << 1);
 
@@ -598,7 +617,7 @@ static int tensors_allocate(struct bench *b)
 	for (size_t i = 0; i < b->tensor_count; i++) {
 		struct tensor *t = &b->tensors[i];
 
-		if (dormant_alloc_on(b->m, t->keep ? KEEP_TAG : DISCARD_TAG, t->size, b->device,
+		if (dormant_alloc_on(b->m, t->keep ? KEEP_TAG : DISCARD_TAG, t->size, t->device,
 				     &t->ptr) < 0)
 			return bench_fail_lib("allocating tensor %zu of %zu (%zu bytes)", i + 1,
 					b->tensor_count, t->size);
@@ -700,9 +719,9 @@ static int fit_check(struct bench *b)
 	const struct backend_ops *ops = b->m->backend->ops;
 	uint64_t dev_free = 0, dev_total = 0, host_avail = host_mem_available();
 	uint64_t host_total = host_mem_total();
-	uint64_t dev_run = b->keep_reserved + b->discard_reserved;
+	uint64_t dev_run = (b->keep_reserved + b->discard_reserved) / b->opt.devices;
 	uint64_t dev_ceiling = b->opt.ceiling_reps ? round_up(b->opt.keep_bytes, b->granularity) : 0;
-	uint64_t host_run = b->opt.keep_bytes;
+	uint64_t host_run = (uint64_t)b->opt.keep_bytes * b->opt.devices;
 	uint64_t host_ceiling = b->opt.ceiling_reps ? b->opt.keep_bytes : 0;
 	uint64_t dev_need, host_need, margin = host_total / 20;
 	char need_text[32], have_text[32];
@@ -710,12 +729,20 @@ static int fit_check(struct bench *b)
 	if (dormant_host_mode(b->m) == DORMANT_HOST_RELEASE && b->opt.keep_bytes)
 		host_run += b->m->engine.staging_bytes;
 	if (b->host_backend) {
-		host_run += dev_run;
+		host_run += dev_run * b->opt.devices;
 		host_ceiling += dev_ceiling;
 	}
 	if (ops->mem_info(b->m->backend, b->device, &dev_free, &dev_total) < 0)
 		return bench_fail_lib("reading device %d's free memory", b->device);
 	b->device_total_bytes = dev_total;
+	/* every device holds the same: the one with the least free decides */
+	for (unsigned d = 1; d < b->opt.devices; d++) {
+		uint64_t other_free = 0, other_total = 0;
+
+		if (ops->mem_info(b->m->backend, (int)d, &other_free, &other_total) < 0)
+			return bench_fail_lib("reading device %u's free memory", d);
+		dev_free = MIN(dev_free, other_free);
+	}
 	dev_need = MAX(dev_run, dev_ceiling);
 	host_need = MAX(host_run, host_ceiling);
 	if (b->opt.force)
@@ -917,15 +944,16 @@ static int cycle_run(struct bench *b, struct cycle *c)
 
 static struct derived derive(const struct bench *b, const struct cycle *c)
 {
-	double keep = (double)b->opt.keep_bytes;
+	double keep = (double)b->opt.keep_bytes * b->opt.devices;
 	struct derived d = { .sleep_gbps = NAN, .wake_gbps = NAN, .sleep_ratio = NAN,
 			     .wake_ratio = NAN, .returned_pct = NAN };
 
 	if (keep > 0) {
 		d.sleep_gbps = keep / c->sleep.duration_s / 1e9;
 		d.wake_gbps = keep / c->wake.duration_s / 1e9;
-		d.sleep_ratio = d.sleep_gbps / ceiling_gbps(b, true);
-		d.wake_ratio = d.wake_gbps / ceiling_gbps(b, false);
+		/* against device 0's ceiling on each device */
+		d.sleep_ratio = d.sleep_gbps / (ceiling_gbps(b, true) * b->opt.devices);
+		d.wake_ratio = d.wake_gbps / (ceiling_gbps(b, false) * b->opt.devices);
 	}
 	d.returned_bytes = (int64_t)c->free_asleep_bytes - (int64_t)c->free_awake_bytes;
 	if (c->managed_bytes)
@@ -1039,6 +1067,10 @@ static void table_print(const struct bench *b, const struct medians *md)
 	       bytes_human(o->keep_bytes, keep, sizeof(keep)),
 	       bytes_human(o->discard_bytes, discard, sizeof(discard)), b->keep_count,
 	       b->discard_count, bytes_human(b->m->chunk_bytes, chunk, sizeof(chunk)), o->cycles);
+	if (o->devices > 1)
+		printf("devices: %u, the sizes on each, driven %s\n", o->devices,
+		       b->m->engine.serial_devices ? "one after another (DORMANT_PARALLEL_DEVICES=0)"
+						   : "at once");
 	printf("setup: allocate %.3f s, fill %.3f s; device mapped %s\n", b->alloc_s, b->fill_s,
 	       bytes_human(b->keep_reserved + b->discard_reserved, text, sizeof(text)));
 	if (b->ceiling.measured)
@@ -1142,6 +1174,8 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 	json_u64(&j, "discard_bytes", o->discard_bytes);
 	json_u64(&j, "tensors_per_policy", o->tensors);
 	json_u64(&j, "cycles", o->cycles);
+	json_u64(&j, "devices", o->devices);
+	json_bool(&j, "parallel_devices", !b->m->engine.serial_devices);
 	json_u64(&j, "chunk_bytes", b->m->chunk_bytes);
 	json_u64(&j, "staging_bytes", b->m->engine.staging_bytes);
 	json_u64(&j, "pin_piece_bytes", b->m->engine.pin_piece);
@@ -1309,6 +1343,8 @@ static int bench_setup(struct bench *b)
 		r = dormant_options_set_int(dopts, "copy_threads", o->copy_threads);
 	if (r == 0 && o->staging_bytes)
 		r = dormant_options_set_int(dopts, "staging_bytes", (long long)o->staging_bytes);
+	if (r == 0 && o->devices > 1)
+		r = dormant_options_set_int(dopts, "host_devices", (long long)o->devices);
 	if (r == 0 && o->verbose)
 		r = dormant_options_set_log(dopts, log_to_stderr, NULL);
 	if (r == 0)
@@ -1321,6 +1357,16 @@ static int bench_setup(struct bench *b)
 		return bench_fail_lib("setting tag policies");
 	b->host_backend = strcmp(dormant_backend_name(b->m), "host") == 0;
 	b->device = b->m->backend->ops->current_device(b->m->backend);
+	if (o->devices > 1) {
+		int count = dormant_device_count(b->m);
+
+		if (count < (int)o->devices) {
+			fprintf(stderr, "dormant-bench: skipped: --devices %u, but the %s backend has %d\n",
+				o->devices, dormant_backend_name(b->m), count);
+			return EXIT_SKIP;
+		}
+		b->device = 0; /* the ceiling's and the granularity's */
+	}
 	if (b->m->backend->ops->granularity(b->m->backend, b->device, &b->granularity) < 0)
 		return bench_fail_lib("reading the device's granularity");
 	if (tensors_plan(b) < 0)
@@ -1355,7 +1401,7 @@ static int bench_run(struct bench *b)
 	int r;
 
 	r = bench_setup(b);
-	if (r < 0)
+	if (r != 0)
 		return r;
 	r = fit_check(b);
 	if (r != 0)
@@ -1382,6 +1428,10 @@ int main(int argc, char **argv)
 	int r;
 
 	bench_program = "dormant-bench";
+	/* The kept bytes stand for weights a trainer changes every step: retain
+	 * mode must copy them, not skip them as unchanged (the frozen case is
+	 * dormant-verify-bench's). Set it to 1 to see the skip here. */
+	setenv("DORMANT_SKIP_UNCHANGED", "0", 0);
 	if (options_parse(argc, argv, &b.opt) < 0)
 		return EXIT_USAGE;
 	r = bench_run(&b);

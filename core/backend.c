@@ -35,8 +35,8 @@ void backend_destroy(struct backend *b)
 	b->ops->destroy(b);
 }
 
-int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
-		      bool repeat)
+int backend_fault_arm_on(struct backend *b, enum dormant_fault_op op, int device, unsigned nth,
+			 int error, bool repeat)
 {
 	struct fault *f;
 
@@ -44,36 +44,68 @@ int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth,
 		return error_set(-EINVAL, "unknown fault operation %d", (int)op);
 	if (nth && error >= 0)
 		return error_set(-EINVAL, "an injected error must be a negative errno");
+	if (device >= 0 && (device >= DORMANT_DEVICES_MAX || device >= b->ops->device_count(b)))
+		return error_set(-EINVAL, "no device %d to inject a fault on", device);
+	if (device >= 0 && op == DORMANT_FAULT_HOST_ALLOC)
+		return error_set(-EINVAL, "host allocations belong to no device");
 	f = &b->faults[op];
 	atomic_store(&f->error, error);
 	atomic_store(&f->repeat, repeat);
-	atomic_store(&f->target, nth ? atomic_load(&f->calls) + nth : 0);
+	atomic_store(&f->device_only, device < 0 ? 0 : device + 1);
+	atomic_store(&f->target, !nth ? 0
+				 : (device < 0 ? atomic_load(&f->calls)
+					       : atomic_load(&f->device_calls[device])) + nth);
 	return 0;
 }
 
-int backend_fault_check(struct backend *b, enum dormant_fault_op op)
+int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
+		      bool repeat)
+{
+	return backend_fault_arm_on(b, op, -1, nth, error, repeat);
+}
+
+int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device)
 {
 	static const char *const names[] = { "create", "map", "copy", "host allocation" };
 	struct fault *f = &b->faults[op];
 	uint64_t call = atomic_fetch_add(&f->calls, 1) + 1;
 	uint64_t target = atomic_load(&f->target);
+	int only = atomic_load(&f->device_only) - 1;
 
+	if (device >= 0 && device < DORMANT_DEVICES_MAX) {
+		uint64_t device_call = atomic_fetch_add(&f->device_calls[device], 1) + 1;
+
+		if (only >= 0) {
+			if (device != only)
+				return 0;
+			call = device_call;
+		}
+	}
 	if (!target || call < target || (call > target && !atomic_load(&f->repeat)))
 		return 0;
+	if (only >= 0)
+		return error_set(atomic_load(&f->error),
+				 "injected fault: %s call %llu on device %d failed (%s)", names[op],
+				 (unsigned long long)call, device, strerror(-atomic_load(&f->error)));
 	return error_set(atomic_load(&f->error), "injected fault: %s call %llu failed (%s)",
 			 names[op], (unsigned long long)call, strerror(-atomic_load(&f->error)));
 }
 
+int backend_fault_check(struct backend *b, enum dormant_fault_op op)
+{
+	return backend_fault_check_on(b, op, -1);
+}
+
 int backend_mem_create(struct backend *b, int device, size_t size, uint64_t *ret_handle)
 {
-	int r = backend_fault_check(b, DORMANT_FAULT_CREATE);
+	int r = backend_fault_check_on(b, DORMANT_FAULT_CREATE, device);
 
 	return r ? r : b->ops->mem_create(b, device, size, ret_handle);
 }
 
 int backend_mem_map(struct backend *b, int device, uintptr_t va, size_t size, uint64_t handle)
 {
-	int r = backend_fault_check(b, DORMANT_FAULT_MAP);
+	int r = backend_fault_check_on(b, DORMANT_FAULT_MAP, device);
 
 	return r ? r : b->ops->mem_map(b, device, va, size, handle);
 }
@@ -81,7 +113,7 @@ int backend_mem_map(struct backend *b, int device, uintptr_t va, size_t size, ui
 int backend_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
 			 void *stream)
 {
-	int r = backend_fault_check(b, DORMANT_FAULT_COPY);
+	int r = backend_fault_check_on(b, DORMANT_FAULT_COPY, device);
 
 	return r ? r : b->ops->copy_to_host(b, device, dst, src, size, stream);
 }
@@ -89,7 +121,7 @@ int backend_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src
 int backend_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
 			   size_t size, void *stream)
 {
-	int r = backend_fault_check(b, DORMANT_FAULT_COPY);
+	int r = backend_fault_check_on(b, DORMANT_FAULT_COPY, device);
 
 	return r ? r : b->ops->copy_to_device(b, device, dst, src, size, stream);
 }

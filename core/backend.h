@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checksum.h"
 #include "dormant.h"
 #include "util.h"
 
@@ -62,6 +63,11 @@ struct backend_ops {
 	int (*mem_info)(struct backend *b, int device, uint64_t *ret_free, uint64_t *ret_total);
 	/* Whether the device has been used (so mem_info costs no new context). */
 	bool (*device_active)(struct backend *b, int device);
+	/* Hash count ranges of device memory (checksum.h) into out[i], after
+	 * the work queued on stream before; returns when they are done. May be
+	 * NULL; -ENOTSUP when the device cannot run the kernel. */
+	int (*checksum)(struct backend *b, int device, const struct checksum_range *ranges,
+			size_t count, void *stream, struct checksum *out);
 	/* Tests only, may be NULL: queue a write of device memory on the
 	 * device's default stream, run at the next synchronize (the host
 	 * backend with DORMANT_HOST_DEFER_STREAMS=1). */
@@ -71,6 +77,8 @@ struct backend_ops {
 
 struct fault {
 	_Atomic uint64_t calls;
+	_Atomic uint64_t device_calls[DORMANT_DEVICES_MAX]; /* the calls made for each device */
+	_Atomic int device_only; /* 0: calls on any device count; else device + 1's only */
 	_Atomic uint64_t target; /* 0: disarmed; else the call number that fails */
 	_Atomic int error;
 	_Atomic bool repeat;
@@ -101,10 +109,16 @@ void backend_destroy(struct backend *b);
 int backend_host_new(const struct backend_config *config, struct backend **ret);
 int backend_cuda_new(const struct backend_config *config, struct backend **ret);
 
-/* Count a call of op and fail it if a fault is armed for it. */
+/* Count a call of op (made for device, or -1: for none) and fail it if a
+ * fault is armed for it. */
 int backend_fault_check(struct backend *b, enum dormant_fault_op op);
+int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device);
+/* Arm op's fault; _on with device >= 0 counts and fails only that device's
+ * calls (not for DORMANT_FAULT_HOST_ALLOC). */
 int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
 		      bool repeat);
+int backend_fault_arm_on(struct backend *b, enum dormant_fault_op op, int device, unsigned nth,
+			 int error, bool repeat);
 
 /* Wrappers: fault-injected where the op is one of enum dormant_fault_op. */
 int backend_mem_create(struct backend *b, int device, size_t size, uint64_t *ret_handle);

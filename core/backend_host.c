@@ -11,12 +11,19 @@
  * stream runs only when an event after it is waited for, the stream is
  * destroyed or its device is synchronized, as on a real device, so that a
  * missing wait or synchronize shows as stale data.
+ *
+ * DORMANT_HOST_RENDEZVOUS=to_host:MS (or to_device:MS), a test tool too: the
+ * first copy in that direction on each simulated device waits, up to MS
+ * milliseconds, until every simulated device has issued one, and fails with
+ * -ETIMEDOUT otherwise. Devices driven one after another cannot meet there;
+ * devices driven at once do, so a test proves the concurrency is real.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "backend.h"
 
@@ -59,6 +66,17 @@ struct pinned_range {
 	uintptr_t start, end;
 };
 
+/* DORMANT_HOST_RENDEZVOUS: one meeting of every device's first copy. */
+struct rendezvous {
+	int direction; /* 0: off; 1: copies to the host; 2: to the device */
+	int timeout_ms;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool arrived[DORMANT_DEVICES_MAX];
+	int count;
+	bool over; /* everyone met, or someone gave up waiting */
+};
+
 struct host_backend {
 	struct backend base;
 	int devices;
@@ -76,6 +94,7 @@ struct host_backend {
 	pthread_mutex_t pin_lock;
 	struct pinned_range *pinned;
 	size_t pinned_count, pinned_capacity;
+	struct rendezvous rendezvous;
 };
 
 static struct host_backend *host(struct backend *b)
@@ -179,6 +198,8 @@ static void host_destroy(struct backend *b)
 	}
 	pthread_mutex_destroy(&h->lock);
 	pthread_mutex_destroy(&h->pin_lock);
+	pthread_cond_destroy(&h->rendezvous.cond);
+	pthread_mutex_destroy(&h->rendezvous.lock);
 	free(h->pinned);
 	free(b);
 }
@@ -450,12 +471,84 @@ static int host_event_wait(struct backend *b, int device, void *event)
 	return 0;
 }
 
+/* A device's first copy in the rendezvous' direction waits for the others'. */
+static int rendezvous_meet(struct host_backend *h, int device, bool to_host)
+{
+	struct rendezvous *rv = &h->rendezvous;
+	struct timespec deadline;
+	int r = 0;
+
+	if (!rv->direction || (rv->direction == 1) != to_host)
+		return 0;
+	pthread_mutex_lock(&rv->lock);
+	if (rv->over || rv->arrived[device]) {
+		pthread_mutex_unlock(&rv->lock);
+		return 0;
+	}
+	rv->arrived[device] = true;
+	if (++rv->count == h->devices) {
+		rv->over = true;
+		pthread_cond_broadcast(&rv->cond);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += rv->timeout_ms / 1000;
+	deadline.tv_nsec += (long)(rv->timeout_ms % 1000) * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	while (!rv->over)
+		if (pthread_cond_timedwait(&rv->cond, &rv->lock, &deadline) == ETIMEDOUT)
+			break;
+	if (!rv->over) {
+		rv->over = true; /* one meeting only: later copies pass */
+		r = error_set(-ETIMEDOUT,
+			      "device %d's first copy to the %s waited %d ms for the other "
+			      "simulated devices' (DORMANT_HOST_RENDEZVOUS): the devices were not "
+			      "driven at once",
+			      device, to_host ? "host" : "device", rv->timeout_ms);
+	}
+	pthread_mutex_unlock(&rv->lock);
+	return r;
+}
+
+static int rendezvous_init(struct rendezvous *rv)
+{
+	const char *env = getenv("DORMANT_HOST_RENDEZVOUS");
+	pthread_condattr_t attr;
+	char *end;
+
+	pthread_mutex_init(&rv->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&rv->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	if (!env || !*env)
+		return 0;
+	if (strncmp(env, "to_host:", 8) == 0)
+		rv->direction = 1;
+	else if (strncmp(env, "to_device:", 10) == 0)
+		rv->direction = 2;
+	else
+		return error_set(-EINVAL,
+				 "DORMANT_HOST_RENDEZVOUS must be to_host:MS or to_device:MS, not "
+				 "\"%s\"",
+				 env);
+	errno = 0;
+	rv->timeout_ms = (int)strtol(strchr(env, ':') + 1, &end, 10);
+	if (errno || *end || rv->timeout_ms <= 0 || end == strchr(env, ':') + 1)
+		return error_set(-EINVAL, "DORMANT_HOST_RENDEZVOUS: bad milliseconds in \"%s\"",
+				 env);
+	return 0;
+}
+
 static int host_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src, size_t size,
 			     void *stream)
 {
-	int r = check_pinned_span(b, dst, size);
+	int r = rendezvous_meet(host(b), device, true);
 
-	(void)device;
+	if (r == 0)
+		r = check_pinned_span(b, dst, size);
 	if (r < 0)
 		return r;
 	return stream_issue(host(b), stream, dst, (const void *)src, size, NULL);
@@ -464,9 +557,10 @@ static int host_copy_to_host(struct backend *b, int device, void *dst, uintptr_t
 static int host_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
 			       size_t size, void *stream)
 {
-	int r = check_pinned_span(b, src, size);
+	int r = rendezvous_meet(host(b), device, false);
 
-	(void)device;
+	if (r == 0)
+		r = check_pinned_span(b, src, size);
 	if (r < 0)
 		return r;
 	return stream_issue(host(b), stream, (void *)dst, src, size, NULL);
@@ -476,6 +570,26 @@ static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, 
 {
 	(void)device;
 	return stream_issue(host(b), stream, (void *)dst, NULL, size, NULL);
+}
+
+/* The chunk checksum on the CPU, after the stream's queued work (as the
+ * kernel would run after it on a device). */
+static int host_checksum(struct backend *b, int device, const struct checksum_range *ranges,
+			 size_t count, void *stream, struct checksum *out)
+{
+	struct host_backend *h = host(b);
+	struct host_stream *s = stream;
+	int r = check_device(b, device);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&h->lock);
+	if (s)
+		stream_run(s, s->issued);
+	pthread_mutex_unlock(&h->lock);
+	for (size_t i = 0; i < count; i++)
+		out[i] = checksum_cpu((const void *)ranges[i].ptr, ranges[i].size, ranges[i].offset);
+	return 0;
 }
 
 /* Every stream of the device, the default one too (cuCtxSynchronize). */
@@ -568,6 +682,7 @@ static const struct backend_ops host_ops = {
 	.mem_info = host_mem_info,
 	.device_active = host_device_active,
 	.defer_write = host_defer_write,
+	.checksum = host_checksum,
 };
 
 int backend_host_new(const struct backend_config *config, struct backend **ret)
@@ -597,6 +712,16 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_mutex_init(&h->pin_lock, NULL);
+	if (rendezvous_init(&h->rendezvous) < 0) {
+		int r = -EINVAL;
+
+		pthread_cond_destroy(&h->rendezvous.cond);
+		pthread_mutex_destroy(&h->rendezvous.lock);
+		pthread_mutex_destroy(&h->pin_lock);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		return r;
+	}
 	atomic_store(&h->active[0], true);
 	*ret = &h->base;
 	return 0;

@@ -117,6 +117,10 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
  *   host_devices       int    $DORMANT_HOST_DEVICES  1 (host backend only)
  *   host_device_bytes  size   $DORMANT_HOST_DEVICE_BYTES  64GiB (host backend)
+ *   verify             bool   $DORMANT_VERIFY  true: check restored chunks
+ *                      after a wake (dormant_set_verify())
+ *   skip_unchanged     bool   $DORMANT_SKIP_UNCHANGED  true (retain mode)
+ *   parallel_devices   bool   $DORMANT_PARALLEL_DEVICES  true
  *
  * dormant_option_name() and friends list them at run time with their docs
  * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
@@ -331,6 +335,12 @@ struct dormant_tag_change {
 	uint64_t bytes_mapped;   /* wake: device bytes mapped again */
 	uint64_t bytes_zeroed;   /* wake: bytes zero-filled (discarded, marked unused) */
 	uint64_t bytes_skipped;  /* sleep: kept bytes not copied, marked unused */
+	/* sleep, retain mode: kept bytes not copied because the host copy
+	 * already holds them (their checksum did not change since the last
+	 * wake); they come back with their data, unlike bytes_skipped */
+	uint64_t bytes_unchanged;
+	uint64_t chunks_verified;  /* wake: chunks whose checksum matched */
+	uint64_t chunk_mismatches; /* wake: chunks whose checksum did not */
 };
 
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
@@ -348,6 +358,9 @@ struct dormant_report {
 	double copy_gbps;           /* bytes_copied / copy time, 1e9 bytes/s */
 	size_t tag_count;           /* entries used in tags[] */
 	struct dormant_tag_change tags[DORMANT_TAGS_MAX];
+	uint64_t bytes_unchanged;   /* see struct dormant_tag_change */
+	uint64_t chunks_verified;
+	uint64_t chunk_mismatches;
 };
 
 /*
@@ -378,7 +391,8 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * cannot be had (typically another process still holds it): everything this
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
- * with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
+ * and when a restored chunk's checksum differs from its sleep's
+ * (dormant_set_verify()), with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
  * callback (dormant_set_rebuild()) refused, with the same guarantee. Every
  * wake (also one that fails or changes nothing) drops the marks of every
  * tag awake after it (dormant_mark_unused()).
@@ -433,6 +447,9 @@ struct dormant_transition_stats {
 	uint64_t bytes_skipped;  /* sleep: not copied, marked unused */
 	double copy_gbps;
 	char error[DORMANT_ERROR_MAX];
+	uint64_t bytes_unchanged;  /* sleep: see struct dormant_tag_change */
+	uint64_t chunks_verified;  /* wake */
+	uint64_t chunk_mismatches; /* wake */
 };
 
 /* A Prometheus-style histogram: counts[i] is the number of observations
@@ -485,6 +502,10 @@ struct dormant_stats {
 	struct dormant_transition_stats last_wake;
 	struct dormant_histogram sleep_seconds;
 	struct dormant_histogram wake_seconds;
+	bool verify;                    /* wakes verify checksums (dormant_set_verify()) */
+	uint64_t bytes_unchanged_total; /* unchanged, so not copied (retain mode) */
+	uint64_t chunks_verified_total;
+	uint64_t chunk_mismatches_total;
 };
 
 /*
@@ -494,6 +515,33 @@ struct dormant_stats {
  * transition. Returns -EINVAL for NULL arguments.
  */
 DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret);
+
+/* ---- Checksums ----------------------------------------------------------- */
+
+/*
+ * Verification after wake (docs/design.md, "Checksums"): with it on (the
+ * default; $DORMANT_VERIFY=0 turns it off at dormant_new()), a sleep hashes
+ * what it copies of each kept chunk on the device (128 bits), and a wake
+ * hashes the restored bytes again and compares; a mismatch fails the wake
+ * with -EIO, naming the tag, allocation and chunk, counts in
+ * chunk_mismatches, and leaves the tags asleep with their host copies, so
+ * that a retry can succeed. To accept a host copy as it is, turn
+ * verification off for the retry. Takes effect at the next sleep or wake (a
+ * wake verifies only chunks hashed by their sleep). -EINVAL for NULL m.
+ *
+ * In retain mode sleeps hash whether verification is on or not: a chunk whose
+ * hash and layout did not change since the wake that restored it is released
+ * without a copy (bytes_unchanged), its retained host copy being exact.
+ */
+DORMANT_EXPORT int dormant_set_verify(struct dormant *m, bool on);
+
+/*
+ * The chunk checksum (docs/design.md, "Checksums") of size bytes at host
+ * memory p, the first of them at byte offset of its chunk, into out[0] and
+ * out[1]: what the device kernel computes, for callers and tests that check
+ * it. Never fails (-EINVAL for NULL p with size > 0 or NULL out).
+ */
+DORMANT_EXPORT int dormant_checksum(const void *p, size_t size, uint64_t offset, uint64_t out[2]);
 
 /* ---- Trainer guard ------------------------------------------------------- */
 
@@ -611,6 +659,17 @@ enum dormant_fault_op {
 DORMANT_EXPORT int dormant_debug_inject_fault(struct dormant *m, enum dormant_fault_op op,
 					      unsigned nth, int error, bool repeat);
 
+/*
+ * As dormant_debug_inject_fault(), counting and failing only the calls of op
+ * made for device (create, map, copy: a host allocation belongs to no device),
+ * so that a test fails one device of several whatever order they run in.
+ * Returns -EINVAL for a bad device or op. Arming either kind replaces the
+ * other for op; nth 0 disarms.
+ */
+DORMANT_EXPORT int dormant_debug_inject_device_fault(struct dormant *m, int device,
+						     enum dormant_fault_op op, unsigned nth,
+						     int error, bool repeat);
+
 /* How many calls of op the backend has seen (successful or failed). */
 DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_fault_op op);
 
@@ -634,6 +693,26 @@ DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t by
  */
 DORMANT_EXPORT int dormant_debug_defer_write(struct dormant *m, void *device_dst, const void *src,
 					     size_t size);
+
+/*
+ * The checksum of [device_ptr, device_ptr + size) of one awake allocation as
+ * dormant_checksum() defines it, computed by the backend (on the GPU with
+ * CUDA: the kernel that verification uses), into out[0..1]. -EINVAL (range
+ * not managed), -EBUSY (tag not awake), -ENOTSUP (the kernel cannot load),
+ * -EIO.
+ */
+DORMANT_EXPORT int dormant_debug_checksum(struct dormant *m, const void *device_ptr, size_t size,
+					  uint64_t offset, uint64_t out[2]);
+
+/*
+ * Flip bits (xor with mask, non-zero) of the host copy's byte that holds the
+ * byte at device address device_ptr, of a tag asleep: a corrupted host copy,
+ * for tests of verification (dormant_set_verify()). The same call again
+ * restores the byte. -EINVAL (not managed, mask 0), -EBUSY (its tag is not
+ * asleep), -ENOENT (no host copy holds that byte: not kept, marked unused).
+ */
+DORMANT_EXPORT int dormant_debug_corrupt_host(struct dormant *m, const void *device_ptr,
+					      unsigned char mask);
 
 #ifdef __cplusplus
 }

@@ -125,6 +125,13 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	}
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
 		    o.pin_piece_bytes, o.pin_host);
+	/* Devices are driven at once; parallel_devices=false drives them one
+	 * after another (to measure what the parallel transition gains). */
+	m->engine.serial_devices = !o.parallel_devices;
+	/* verification after wake (dormant_set_verify() changes it later) */
+	atomic_store(&m->engine.verify, o.verify);
+	/* retain mode's skip of unchanged chunks */
+	m->engine.skip_unchanged = o.skip_unchanged;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -292,7 +299,7 @@ static size_t alloc_upper_bound(struct dormant *m, uintptr_t p)
 }
 
 /* The allocation holding [p, p + size), or NULL. */
-static struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size)
+struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size)
 {
 	size_t i = alloc_upper_bound(m, p);
 	struct alloc *a;
@@ -835,6 +842,10 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->bytes_released_total = m->bytes_released_total;
 	ret->bytes_zeroed_total = m->bytes_zeroed_total;
 	ret->bytes_skipped_total = m->bytes_skipped_total;
+	ret->verify = atomic_load(&m->engine.verify);
+	ret->bytes_unchanged_total = m->bytes_unchanged_total;
+	ret->chunks_verified_total = m->chunks_verified_total;
+	ret->chunk_mismatches_total = m->chunk_mismatches_total;
 	ret->last_sleep = m->last_sleep;
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;
@@ -865,6 +876,17 @@ DORMANT_EXPORT int dormant_debug_inject_fault(struct dormant *m, enum dormant_fa
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
 	return backend_fault_arm(m->backend, op, nth, error, repeat);
+}
+
+DORMANT_EXPORT int dormant_debug_inject_device_fault(struct dormant *m, int device,
+						     enum dormant_fault_op op, unsigned nth,
+						     int error, bool repeat)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	if (device < 0)
+		return error_set(-EINVAL, "no device %d to inject a fault on", device);
+	return backend_fault_arm_on(m->backend, op, device, nth, error, repeat);
 }
 
 DORMANT_EXPORT uint64_t dormant_debug_op_count(struct dormant *m, enum dormant_fault_op op)

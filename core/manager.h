@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "backend.h"
+#include "checksum.h"
 #include "dormant.h"
 #include "extent.h"
 #include "hostbuf.h"
@@ -26,6 +27,12 @@ struct chunk {
 	bool host_valid;    /* host.ptr holds this chunk's runs (plan) */
 	struct copy_plan plan; /* what the host copy holds (extent.h) */
 	struct hostbuf host;
+	/* checksum.h, verify.h: the hash of the runs as the last sleep found
+	 * them (sum_valid), under the layout sum_layout; retained: the host
+	 * copy still holds what the last wake restored (retain mode) */
+	struct checksum sum;
+	uint64_t sum_layout;
+	bool sum_valid, retained;
 };
 
 struct tag;
@@ -117,6 +124,7 @@ struct dormant {
 	uint64_t noops[2], busy[2]; /* [0] sleep, [1] wake */
 	uint64_t bytes_to_host_total, bytes_to_device_total;
 	uint64_t bytes_released_total, bytes_zeroed_total, bytes_skipped_total;
+	uint64_t bytes_unchanged_total, chunks_verified_total, chunk_mismatches_total;
 	struct dormant_transition_stats last_sleep, last_wake;
 	struct dormant_histogram sleep_seconds, wake_seconds;
 };
@@ -130,6 +138,8 @@ static inline enum dormant_policy alloc_policy(const struct alloc *a)
 
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */
 struct tag *tag_find(struct dormant *m, const char *name);
+/* The allocation (dedicated or sub-allocation) holding [p, p + size), or NULL. */
+struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size);
 void alloc_destroy(struct dormant *m, struct alloc *a);
 /* The data of a chunk: a slab's up to its highest live byte. */
 void chunk_update_data_bytes(struct alloc *a, struct chunk *c);

@@ -112,6 +112,23 @@ static const struct option options[] = {
 		.default_value = "64GiB", .env = "DORMANT_HOST_DEVICE_BYTES", .min = 1,
 		.doc = "host backend only: memory of each simulated device",
 	},
+	{
+		.name = "verify", .type = OPTION_BOOL, .offset = FIELD(verify),
+		.default_value = "true", .env = "DORMANT_VERIFY",
+		.doc = "check every restored chunk against its checksum after a wake "
+		       "(dormant_set_verify() changes it later)",
+	},
+	{
+		.name = "skip_unchanged", .type = OPTION_BOOL, .offset = FIELD(skip_unchanged),
+		.default_value = "true", .env = "DORMANT_SKIP_UNCHANGED",
+		.doc = "retain mode: a sleep copies no chunk whose checksum says it did not "
+		       "change since the last wake",
+	},
+	{
+		.name = "parallel_devices", .type = OPTION_BOOL, .offset = FIELD(parallel_devices),
+		.default_value = "true", .env = "DORMANT_PARALLEL_DEVICES",
+		.doc = "drive the devices of a transition at once (false: one after another)",
+	},
 };
 
 _Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_options.set has 64 bits");

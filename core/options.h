@@ -24,6 +24,9 @@ struct dormant_options {
 	size_t pin_piece_bytes;
 	int host_devices;
 	size_t host_device_bytes;
+	bool verify;
+	bool skip_unchanged;
+	bool parallel_devices;
 
 	dormant_log_fn log_fn;
 	void *log_userdata;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include "transfer.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "pipeline.h"
 #include "prepare.h"
 #include "staging.h"
+#include "verify.h"
 
 /* ---- accounting ---------------------------------------------------------- */
 
@@ -138,6 +141,7 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	struct deferred_free *job = malloc(sizeof(*job));
 
 	c->host_valid = false;
+	c->retained = false;
 	if (!job) {
 		size_t size = c->host.size;
 
@@ -164,6 +168,231 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 		engine_account_host(a->tag, -(int64_t)size);
 	}
 	c->host_valid = false;
+	c->retained = false;
+}
+
+/* ---- devices at once ----------------------------------------------------- */
+
+/* A tag's counters in the report, as one device adds to them. */
+struct change_copy {
+	struct dormant_tag_change *shared;
+	struct dormant_tag_change own;
+};
+
+/* One device's share of a transition, on a host thread of its own. */
+struct device_run {
+	struct engine *e;
+	int device;
+	struct xfer_item *items;
+	size_t count;
+	int (*fn)(struct engine *e, int d, struct xfer_item *items, size_t count,
+		  struct xfer_totals *t);
+	struct xfer_totals totals;
+	struct change_copy changes[DORMANT_TAGS_MAX];
+	size_t change_count;
+	int result;
+	char error[DORMANT_ERROR_MAX];
+	pthread_t thread;
+	bool threaded;
+};
+
+/* Every counter of struct dormant_tag_change that the engine adds to: a
+ * counter added per chunk must be summed here too. */
+static void change_counters_add(struct dormant_tag_change *dst,
+				const struct dormant_tag_change *src)
+{
+	dst->bytes_copied += src->bytes_copied;
+	dst->bytes_released += src->bytes_released;
+	dst->bytes_mapped += src->bytes_mapped;
+	dst->bytes_zeroed += src->bytes_zeroed;
+	dst->bytes_skipped += src->bytes_skipped;
+	dst->bytes_unchanged += src->bytes_unchanged;
+	dst->chunks_verified += src->chunks_verified;
+	dst->chunk_mismatches += src->chunk_mismatches;
+}
+
+static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, bool overlapped)
+{
+	dst->copied += src->copied;
+	dst->released += src->released;
+	dst->mapped += src->mapped;
+	dst->zeroed += src->zeroed;
+	dst->skipped += src->skipped;
+	dst->unchanged += src->unchanged;
+	dst->verified += src->verified;
+	dst->mismatches += src->mismatches;
+	/* devices that copied at once took the longest one's time */
+	dst->copy_s = overlapped ? MAX(dst->copy_s, src->copy_s) : dst->copy_s + src->copy_s;
+	dst->rollback_failed |= src->rollback_failed;
+}
+
+/* The run's own copy of a tag's counters (zeroed), made on first use. */
+static struct dormant_tag_change *change_own(struct device_run *run,
+					     struct dormant_tag_change *shared)
+{
+	struct change_copy *copy;
+
+	if (!shared)
+		return NULL;
+	for (size_t i = 0; i < run->change_count; i++)
+		if (run->changes[i].shared == shared)
+			return &run->changes[i].own;
+	/* one change per tag of the transition: there is always room */
+	assert(run->change_count < DORMANT_TAGS_MAX);
+	copy = &run->changes[run->change_count++];
+	copy->shared = shared;
+	copy->own = (struct dormant_tag_change){ .policy = shared->policy };
+	memcpy(copy->own.tag, shared->tag, sizeof(copy->own.tag));
+	return &copy->own;
+}
+
+static struct device_run *run_of(struct device_run *runs, size_t n, int device)
+{
+	for (size_t k = 0; k < n; k++)
+		if (runs[k].device == device)
+			return &runs[k];
+	return NULL;
+}
+
+static void device_run_go(struct device_run *run)
+{
+	error_clear();
+	run->e->devices[run->device].stopped = false;
+	run->result = run->fn(run->e, run->device, run->items, run->count, &run->totals);
+	if (run->result < 0) {
+		snprintf(run->error, sizeof(run->error), "%s", dormant_last_error());
+		atomic_store(&run->e->devices_stop, true);
+	}
+}
+
+static void *device_run_main(void *arg)
+{
+	device_run_go(arg);
+	return NULL;
+}
+
+/* A device's share stopped because another failed: not the failure to report. */
+static int device_stop(struct engine *e, int d)
+{
+	e->devices[d].stopped = true;
+	return error_set(-ECANCELED, "device %d stopped: another device failed", d);
+}
+
+/* One after another, on the calling thread, with the shared counters: when
+ * the runs cannot be allocated. */
+static int devices_run_serial(struct engine *e, const bool *used, struct xfer_item *items,
+			      size_t count,
+			      int (*fn)(struct engine *e, int d, struct xfer_item *items,
+					size_t count, struct xfer_totals *t),
+			      struct xfer_totals *t)
+{
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
+		int r;
+
+		if (!used[d])
+			continue;
+		r = fn(e, d, items, count, t);
+		if (r < 0)
+			return error_prefix(r, "device %d", d);
+	}
+	return 0;
+}
+
+/*
+ * Run fn for every device that items have chunks on, each on a thread of its
+ * own (the first on the calling thread), and wait for all. Each adds to its
+ * own totals and tag counters, summed into t and the items' changes at the
+ * end. When one fails the others stop at their next chunk; the first
+ * failure (by device) is returned, its message naming the device. fn leaves
+ * its device's in-flight work finished, whatever it returns.
+ */
+static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
+		       int (*fn)(struct engine *e, int d, struct xfer_item *items, size_t count,
+				 struct xfer_totals *t),
+		       struct xfer_totals *t)
+{
+	bool used[DORMANT_DEVICES_MAX] = { false };
+	struct device_run *runs, *failed = NULL;
+	char message[DORMANT_ERROR_MAX];
+	size_t n = 0, k = 0, used_len;
+	int r;
+
+	for (size_t i = 0; i < count; i++)
+		used[items[i].alloc->device] = true;
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
+		n += used[d];
+	atomic_store(&e->devices_stop, false);
+	if (n == 0)
+		return 0;
+	if (n == 1) {
+		for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
+			if (used[d]) {
+				e->devices[d].stopped = false;
+				return fn(e, d, items, count, t);
+			}
+	}
+	runs = calloc(n, sizeof(*runs));
+	if (!runs)
+		return devices_run_serial(e, used, items, count, fn, t);
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
+		if (used[d])
+			runs[k++] = (struct device_run){ .e = e, .device = d, .items = items,
+							 .count = count, .fn = fn };
+	/* Before any thread starts: each device's items count into its own. */
+	for (size_t i = 0; i < count; i++)
+		items[i].change = change_own(run_of(runs, n, items[i].alloc->device),
+					     items[i].change);
+
+	for (k = 1; k < n && !e->serial_devices; k++)
+		runs[k].threaded =
+			pthread_create(&runs[k].thread, NULL, device_run_main, &runs[k]) == 0;
+	for (k = 0; k < n; k++) {
+		if (runs[k].threaded)
+			continue;
+		/* one after another, as DORMANT_PARALLEL_DEVICES=0 asks: stop
+		 * at the first failure */
+		if (e->serial_devices && atomic_load(&e->devices_stop))
+			break;
+		device_run_go(&runs[k]);
+	}
+	for (k = 0; k < n; k++)
+		if (runs[k].threaded)
+			pthread_join(runs[k].thread, NULL);
+
+	/* All done: the shared counters again, with every device's added. */
+	for (size_t i = 0; i < count; i++)
+		if (items[i].change)
+			items[i].change = ((struct change_copy *)((char *)items[i].change -
+								  offsetof(struct change_copy,
+									   own)))->shared;
+	for (k = 0; k < n; k++) {
+		for (size_t c = 0; c < runs[k].change_count; c++)
+			change_counters_add(runs[k].changes[c].shared, &runs[k].changes[c].own);
+		totals_add(t, &runs[k].totals, !e->serial_devices);
+	}
+	for (k = 0; k < n; k++)
+		if (runs[k].result < 0 && !e->devices[runs[k].device].stopped) {
+			failed = &runs[k];
+			break;
+		}
+	for (k = 0; k < n && !failed; k++)
+		if (runs[k].result < 0)
+			failed = &runs[k];
+	if (!failed) {
+		free(runs);
+		return 0;
+	}
+	r = failed->result;
+	used_len = (size_t)snprintf(message, sizeof(message), "device %d: %s", failed->device,
+				    failed->error);
+	for (k = 0; k < n && used_len < sizeof(message); k++)
+		if (&runs[k] != failed && runs[k].result < 0 &&
+		    !e->devices[runs[k].device].stopped)
+			used_len += (size_t)snprintf(message + used_len, sizeof(message) - used_len,
+						     "; device %d failed too: %s", runs[k].device,
+						     runs[k].error);
+	free(runs);
+	return error_set(r, "%s", message);
 }
 
 /* ---- sleep --------------------------------------------------------------- */
@@ -207,6 +436,10 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		return error_prefix(r, "synchronizing device %d", d);
 
 	start = now_monotonic_s();
+	/* hash what is kept; in retain mode, release unchanged chunks */
+	r = checksum_sleep(e, d, items, count, t);
+	if (r < 0)
+		return r;
 	r = prep_start(&prep, e, d, items, count);
 	if (r < 0) {
 		prep_finish(&prep);
@@ -218,6 +451,10 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 
 		if (it->alloc->device != d || !xfer_is_keep(it) || !c->mapped)
 			continue;
+		if (atomic_load(&e->devices_stop)) {
+			r = device_stop(e, d);
+			goto err;
+		}
 		if (c->plan.kept == 0) {
 			/* a slab's free tail, or all marked unused: nothing to keep */
 			r = engine_chunk_release(e, it->alloc, c);
@@ -277,17 +514,10 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 {
 	char message[DORMANT_ERROR_MAX];
 	struct xfer_totals undo = { 0 };
-	int r = 0, rr;
+	int r, rr;
 
 	memset(t, 0, sizeof(*t));
-	for (int d = 0; d < DORMANT_DEVICES_MAX && r == 0; d++) {
-		bool any = false;
-
-		for (size_t i = 0; i < count && !any; i++)
-			any = items[i].alloc->device == d;
-		if (any)
-			r = sleep_device(e, d, items, count, t);
-	}
+	r = devices_run(e, items, count, sleep_device, t);
 	/* REBUILD memory goes last, once every copy is done: a sleep that
 	 * fails before rolls back with it intact, and nothing is lost. */
 	if (r == 0)
@@ -429,10 +659,11 @@ err:
 	return r;
 }
 
-static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t)
+/* Map device d's unmapped chunks of items, then zero-fill and restore them. */
+static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t count,
+		       struct xfer_totals *t)
 {
-	bool devices[DORMANT_DEVICES_MAX] = { false };
+	bool any = false;
 	double start;
 	int r;
 
@@ -440,40 +671,48 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 		struct chunk *c = it->chunk;
-		int d = it->alloc->device;
 
-		it->mapped_here = false;
-		if (c->mapped)
+		if (it->alloc->device != d || c->mapped)
 			continue;
 		r = device_ready(e, d);
 		if (r < 0)
-			goto err;
+			return r;
 		r = backend_mem_create_map(e->backend, d, c->va, c->size, &c->handle);
-		if (r < 0) {
-			error_prefix(r, "mapping %zu bytes on device %d", c->size, d);
-			goto err;
-		}
+		if (r < 0)
+			return error_prefix(r, "mapping %zu bytes on device %d", c->size, d);
 		c->mapped = true;
 		it->mapped_here = true;
-		devices[d] = true;
+		any = true;
 		account_device(e, it->alloc, (int64_t)c->size);
 		it->change->bytes_mapped += c->size;
 		t->mapped += c->size;
 	}
+	if (!any)
+		return 0;
+	if (atomic_load(&e->devices_stop))
+		return device_stop(e, d);
 
 	start = now_monotonic_s();
-	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
-		if (!devices[d])
-			continue;
-		r = restore_device(e, d, items, count, t);
-		if (r < 0)
-			goto err;
-	}
+	r = restore_device(e, d, items, count, t);
+	if (r == 0)
+		r = checksum_verify(e, d, items, count, t);
+	if (r < 0)
+		return r;
 	t->copy_s += now_monotonic_s() - start;
 	return 0;
+}
 
-err:
-	unmap_fresh(e, items, count, t);
+/* Every device at once; on failure, what any of them mapped is given back. */
+static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t)
+{
+	int r;
+
+	for (size_t i = 0; i < count; i++)
+		items[i].mapped_here = false;
+	r = devices_run(e, items, count, wake_device, t);
+	if (r < 0)
+		unmap_fresh(e, items, count, t);
 	return r;
 }
 
@@ -492,6 +731,7 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 
 		if (!it->mapped_here)
 			continue;
+		checksum_commit(e, it);
 		c->host_valid = false;
 		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
 			host_release(e, it->tag, c);

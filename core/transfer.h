@@ -24,6 +24,13 @@
  * DORMANT_PIN_HOST=0) goes through a small pinned staging ring instead, the
  * host-side memcpy spread over the worker threads.
  *
+ * Devices: each device's share of a transition (its copies, releases, maps
+ * and zero-fills, on its own streams) runs on a host thread of its own, all
+ * at once (DORMANT_PARALLEL_DEVICES=0: one after another, for measuring).
+ * Each adds to counters of its own, summed when all are done; when one
+ * fails, the others stop at their next chunk and the whole transition is
+ * rolled back or undone on every device.
+ *
  * Failure: a failed sleep is rolled back (released chunks are mapped again
  * and restored); a failed wake gives back everything it mapped. Host copies
  * are only dropped once the data is safely on the device.
@@ -48,6 +55,7 @@ struct tag;
 
 struct engine_device {
 	bool ready;
+	bool stopped;      /* its share of a transition stopped: another device failed */
 	void *stream;      /* copies */
 	void *zero_stream; /* zero-fill, beside the copies */
 	void *zero_event;
@@ -64,6 +72,11 @@ struct engine {
 	size_t staging_bytes;
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
+	bool serial_devices; /* DORMANT_PARALLEL_DEVICES=0: one device after another */
+	atomic_bool devices_stop; /* a device failed: the others stop early */
+	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */
+	bool skip_unchanged;          /* retain mode: release unchanged chunks uncopied */
+	_Atomic bool checksum_warned; /* said once that the backend cannot hash */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -81,6 +94,8 @@ struct xfer_item {
 
 struct xfer_totals {
 	uint64_t copied, released, mapped, zeroed, skipped;
+	uint64_t unchanged;            /* sleep: kept bytes not copied, unchanged (verify.h) */
+	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
 	double copy_s;
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };

@@ -282,6 +282,9 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	m->bytes_released_total += t->totals.released;
 	m->bytes_zeroed_total += t->totals.zeroed;
 	m->bytes_skipped_total += t->totals.skipped;
+	m->bytes_unchanged_total += t->totals.unchanged;
+	m->chunks_verified_total += t->totals.verified;
+	m->chunk_mismatches_total += t->totals.mismatches;
 	if (t->totals.rollback_failed) {
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error),
@@ -310,6 +313,9 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		.bytes_zeroed = t->totals.zeroed,
 		.bytes_skipped = t->totals.skipped,
 		.copy_gbps = rep->copy_gbps,
+		.bytes_unchanged = t->totals.unchanged,
+		.chunks_verified = t->totals.verified,
+		.chunk_mismatches = t->totals.mismatches,
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
@@ -417,6 +423,9 @@ settle:
 	rep->bytes_mapped = t.totals.mapped;
 	rep->bytes_zeroed = t.totals.zeroed;
 	rep->bytes_skipped = t.totals.skipped;
+	rep->bytes_unchanged = t.totals.unchanged;
+	rep->chunks_verified = t.totals.verified;
+	rep->chunk_mismatches = t.totals.mismatches;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
 	pthread_mutex_lock(&m->lock);
 	settle(m, &t, r);

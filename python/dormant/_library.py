@@ -112,6 +112,9 @@ _PROTOTYPES = {
     "dormant_debug_inject_fault": (c_int, [c_void_p, c_int, c_uint, c_int, c_bool]),
     "dormant_debug_op_count": (c_uint64, [c_void_p, c_int]),
     "dormant_debug_occupy": (c_int, [c_void_p, c_int, c_size_t]),
+    # checksums (issue 15)
+    "dormant_set_verify": (c_int, [c_void_p, c_bool]),
+    "dormant_debug_corrupt_host": (c_int, [c_void_p, c_void_p, ctypes.c_ubyte]),
     # api/dormant-json.h
     "dormant_stats_json": (c_int, [c_void_p, c_bool, ctypes.POINTER(c_void_p)]),
     "dormant_transition_json": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_char_p),

@@ -401,6 +401,20 @@ class Manager:
         fn = self._lib.need("dormant_mark_unused", "mark_unused()")
         self._check(fn(self._handle(), ptr, size))
 
+    def set_verify(self, on):
+        """Turn verification after wake on or off (on by default; DORMANT_VERIFY=0
+        turns it off): wakes hash the restored chunks on the device and raise
+        DeviceError (EIO), the tags asleep with their host copies, when a chunk
+        differs from what its sleep copied."""
+        fn = self._lib.need("dormant_set_verify", "set_verify()")
+        self._check(fn(self._handle(), bool(on)))
+
+    def debug_corrupt_host(self, ptr, mask=1):
+        """Tests only: flip the bits of mask in the host copy's byte that holds
+        device address ptr, of a tag asleep (the same call again restores it)."""
+        fn = self._lib.need("dormant_debug_corrupt_host", "debug_corrupt_host()")
+        self._check(fn(self._handle(), ptr, mask))
+
     def free_block_marks(self):
         """What the glue's marking of free blocks did: a dict with "sleeps",
         "blocks", "bytes", "seconds" (totals) and "last" (the same for the

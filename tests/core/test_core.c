@@ -913,29 +913,225 @@ Test(hooks, run_in_order_and_can_cancel)
 
 /* ---- devices ------------------------------------------------------------- */
 
-Test(devices, every_device_sleeps_and_wakes)
+/*
+ * Two devices in one process: the host backend's simulated ones, or two
+ * GPUs (DORMANT_BACKEND=cuda on a two-GPU machine); skipped with one. Both
+ * devices are driven at once (transfer.h); these check what that must keep.
+ */
+static struct dormant *two_devices(void)
 {
-	struct dormant *m = manager_from("host_devices=2,chunk_bytes=4MiB");
-	void *p[2];
-	int devices;
+	struct dormant *m = manager_from("host_devices=2,chunk_bytes=4MiB,staging_bytes=8MiB,"
+					 "copy_threads=2,guard_timeout_ms=5000");
 
-	devices = dormant_device_count(m);
-	if (devices < 2) {
+	if (dormant_device_count(m) < 2) {
 		dormant_destroy(m);
 		cr_skip_test("one device only");
 	}
+	return m;
+}
+
+static uint64_t managed_on(struct dormant *m, int device)
+{
+	struct dormant_stats *s = stats(m);
+
+	for (size_t i = 0; i < s->device_count; i++)
+		if (s->devices[i].ordinal == device)
+			return s->devices[i].managed_bytes;
+	return 0;
+}
+
+Test(devices, every_device_sleeps_and_wakes)
+{
+	struct dormant *m = two_devices();
+	const size_t size = 12 * MiB; /* 3 chunks on each device */
+	struct dormant_report rep;
+	void *w[2], *g[2];
+
+	cr_assert_eq(dormant_set_policy(m, "grads", DORMANT_DISCARD), 0);
 	for (int d = 0; d < 2; d++) {
-		cr_assert_eq(dormant_alloc_on(m, "weights", 5 * MiB, d, &p[d]), 0, "%s",
+		cr_assert_eq(dormant_alloc_on(m, "weights", size, d, &w[d]), 0, "%s",
 			     dormant_last_error());
-		fill(m, p[d], 5 * MiB, 40 + d);
+		cr_assert_eq(dormant_alloc_on(m, "grads", size, d, &g[d]), 0, "%s",
+			     dormant_last_error());
+		fill(m, w[d], size, 40 + d);
+		fill(m, g[d], size, 60 + d);
 	}
 	cr_expect_geq(stats(m)->device_count, 2);
-	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
-	for (size_t i = 0; i < stats(m)->device_count; i++)
-		cr_expect_eq(stats(m)->devices[i].managed_bytes, 0);
-	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
-	for (int d = 0; d < 2; d++)
-		cr_expect(holds(m, p[d], 5 * MiB, 40 + d), "device %d", d);
+	for (int cycle = 0; cycle < 3; cycle++) {
+		cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", dormant_last_error());
+		for (int d = 0; d < 2; d++)
+			cr_expect_eq(managed_on(m, d), 0, "device %d still holds memory", d);
+		/* the devices' counters add up, in the totals and per tag */
+		cr_expect_eq(rep.bytes_copied, 2 * size, "copied %llu",
+			     (unsigned long long)rep.bytes_copied);
+		cr_expect_eq(change_of(&rep, "weights")->bytes_copied, 2 * size);
+		cr_expect_eq(change_of(&rep, "grads")->bytes_copied, 0);
+		cr_expect_eq(rep.bytes_released, 4 * size, "released %llu",
+			     (unsigned long long)rep.bytes_released);
+		cr_expect_eq(change_of(&rep, "weights")->bytes_released, 2 * size);
+		cr_expect_eq(change_of(&rep, "grads")->bytes_released, 2 * size);
+		cr_assert_eq(dormant_wake(m, NULL, &rep), 0, "%s", dormant_last_error());
+		cr_expect_eq(rep.bytes_copied, 2 * size);
+		cr_expect_eq(rep.bytes_mapped, 4 * size);
+		cr_expect_eq(change_of(&rep, "grads")->bytes_zeroed, 2 * size);
+		cr_expect_eq(change_of(&rep, "weights")->bytes_mapped, 2 * size);
+		/* the same pointers, holding the same bytes, writable again */
+		for (int d = 0; d < 2; d++) {
+			cr_expect_eq(managed_on(m, d), 2 * size, "device %d", d);
+			cr_expect(holds(m, w[d], size, 40 + d + cycle), "device %d cycle %d", d,
+				  cycle);
+			cr_expect(holds(m, g[d], size, 0), "device %d: grads not zeroed", d);
+			fill(m, w[d], size, 40 + d + cycle + 1);
+			cr_expect(dormant_owns(m, w[d]));
+		}
+	}
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+/* A tag whose memory is all on one device sleeps alone: the other device's
+ * memory stays mapped and usable meanwhile. */
+Test(devices, one_devices_tags_sleep_alone)
+{
+	static const char *const second[] = { "second", NULL };
+	struct dormant *m = two_devices();
+	const size_t size = 6 * MiB;
+	struct dormant_report rep;
+	void *a, *b;
+
+	cr_assert_eq(dormant_alloc_on(m, "first", size, 0, &a), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_alloc_on(m, "second", size, 1, &b), 0, "%s", dormant_last_error());
+	fill(m, a, size, 71);
+	fill(m, b, size, 72);
+	cr_assert_eq(dormant_sleep(m, second, &rep), 0, "%s", dormant_last_error());
+	cr_expect_eq(rep.bytes_copied, size);
+	cr_expect_eq(state_of(m, "second"), DORMANT_ASLEEP);
+	cr_expect_eq(state_of(m, "first"), DORMANT_AWAKE);
+	cr_expect_eq(managed_on(m, 1), 0);
+	cr_expect_eq(managed_on(m, 0), size);
+	cr_expect(holds(m, a, size, 71), "device 0's memory while device 1 sleeps");
+	fill(m, a, size, 73);
+	cr_assert_eq(dormant_wake(m, second, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, a, size, 73));
+	cr_expect(holds(m, b, size, 72));
+	cr_expect_eq(managed_on(m, 1), size);
+	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+/*
+ * A sleep failing on device 1 (at each of its copies in turn) rolls back
+ * every device, whatever device 0 got done meanwhile: all awake, every byte
+ * back, nothing leaked, and the error names the device.
+ */
+Test(devices, a_sleep_failing_on_one_device_rolls_back_every_device, .timeout = 120)
+{
+	const size_t size = 12 * MiB; /* 3 chunks on each device */
+	int failures = 0;
+
+	for (unsigned n = 1; n < 20; n++) {
+		struct dormant *m = two_devices();
+		void *w[2], *g[2];
+		int r;
+
+		cr_assert_eq(dormant_set_policy(m, "grads", DORMANT_DISCARD), 0);
+		for (int d = 0; d < 2; d++) {
+			cr_assert_eq(dormant_alloc_on(m, "weights", size, d, &w[d]), 0);
+			cr_assert_eq(dormant_alloc_on(m, "grads", size, d, &g[d]), 0);
+			fill(m, w[d], size, 80 + d);
+			fill(m, g[d], size, 90 + d);
+		}
+		cr_assert_eq(dormant_debug_inject_device_fault(m, 1, DORMANT_FAULT_COPY, n, -EIO,
+							       false),
+			     0, "%s", dormant_last_error());
+		r = dormant_sleep(m, NULL, NULL);
+		dormant_debug_inject_device_fault(m, 1, DORMANT_FAULT_COPY, 0, 0, false);
+		if (r == 0) {
+			dormant_destroy(m);
+			break;
+		}
+		failures++;
+		cr_expect_eq(r, -EIO, "n %u: %s", n, dormant_last_error());
+		cr_expect(strncmp(dormant_last_error(), "sleep: device 1: ", 17) == 0, "n %u: %s", n,
+			  dormant_last_error());
+		expect_all(m, DORMANT_AWAKE);
+		for (int d = 0; d < 2; d++) {
+			cr_expect_eq(managed_on(m, d), 2 * size, "n %u: device %d not rolled back", n,
+				     d);
+			cr_expect(holds(m, w[d], size, 80 + d), "n %u: weights of device %d lost", n,
+				  d);
+		}
+		expect_no_device_leak(m);
+		cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "n %u: %s", n, dormant_last_error());
+		cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "n %u: %s", n, dormant_last_error());
+		for (int d = 0; d < 2; d++)
+			cr_expect(holds(m, w[d], size, 80 + d), "n %u: device %d", n, d);
+		dormant_destroy(m);
+	}
+	/* device 1 copies its 3 chunks in one piece each */
+	cr_expect_eq(failures, 3, "%d failing sleeps", failures);
+}
+
+/*
+ * A wake failing on device 1 (mapping, at each of its chunks in turn, as
+ * when a rollout engine still holds that GPU) leaves every device asleep and
+ * unmapped, the host copies intact; the retry wakes both.
+ */
+Test(devices, a_wake_failing_on_one_device_leaves_every_device_asleep, .timeout = 120)
+{
+	static const enum dormant_fault_op ops[] = { DORMANT_FAULT_CREATE, DORMANT_FAULT_MAP };
+	const size_t size = 12 * MiB;
+
+	for (size_t o = 0; o < 2; o++)
+		for (unsigned n = 1; n <= 3; n++) {
+			struct dormant *m = two_devices();
+			void *w[2];
+
+			for (int d = 0; d < 2; d++) {
+				cr_assert_eq(dormant_alloc_on(m, "weights", size, d, &w[d]), 0);
+				fill(m, w[d], size, 100 + d);
+			}
+			cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+			cr_assert_eq(dormant_debug_inject_device_fault(m, 1, ops[o], n, -ENOMEM,
+								       false),
+				     0);
+			cr_expect_eq(dormant_wake(m, NULL, NULL), -ENOMEM, "op %zu n %u", o, n);
+			cr_expect(strncmp(dormant_last_error(), "wake: device 1: ", 16) == 0, "%s",
+				  dormant_last_error());
+			expect_all(m, DORMANT_ASLEEP);
+			for (int d = 0; d < 2; d++)
+				cr_expect_eq(managed_on(m, d), 0, "op %zu n %u: device %d mapped", o,
+					     n, d);
+			expect_no_device_leak(m);
+			cr_expect_geq(stats(m)->host_bytes, 2 * size);
+			cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+			for (int d = 0; d < 2; d++)
+				cr_expect(holds(m, w[d], size, 100 + d), "op %zu n %u: device %d", o,
+					  n, d);
+			dormant_destroy(m);
+		}
+}
+
+/* Device faults are checked like the others. */
+Test(devices, device_faults_refuse_bad_arguments)
+{
+	struct dormant *m = manager();
+
+	cr_expect_eq(dormant_debug_inject_device_fault(m, -1, DORMANT_FAULT_COPY, 1, -EIO, false),
+		     -EINVAL);
+	cr_expect_eq(dormant_debug_inject_device_fault(m, DORMANT_DEVICES_MAX, DORMANT_FAULT_COPY,
+						       1, -EIO, false),
+		     -EINVAL);
+	cr_expect_eq(dormant_debug_inject_device_fault(m, 0, DORMANT_FAULT_HOST_ALLOC, 1, -EIO,
+						       false),
+		     -EINVAL);
+	cr_expect_eq(dormant_debug_inject_device_fault(m, 0, DORMANT_FAULT_OPS, 1, -EIO, false),
+		     -EINVAL);
+	cr_expect_eq(dormant_debug_inject_device_fault(m, 0, DORMANT_FAULT_COPY, 1, 5, false),
+		     -EINVAL);
+	cr_expect_eq(dormant_debug_inject_device_fault(NULL, 0, DORMANT_FAULT_COPY, 1, -EIO,
+						       false),
+		     -EINVAL);
 	dormant_destroy(m);
 }
 

@@ -187,6 +187,21 @@ def test_free_blocks_skipped_and_host_bytes(request, which, note):
         assert t.rebuilds == STEPS, "the rebuild callback did not run once per wake"
 
 
+@pytest.mark.parametrize("which", ["live", "rebuilt"])
+def test_checksums_verified_after_every_wake(request, which, note):
+    """every wake verified the restored chunks' checksums on the GPU (issue 15)"""
+    run = request.getfixturevalue(which)
+    verified = [r.get("chunks_verified", 0) for r in run["wakes"]]
+    mismatches = sum(r.get("chunk_mismatches", 0) for r in run["wakes"])
+    unchanged = sum(r.get("bytes_unchanged", 0) for r in run["sleeps"])
+    note(f"{which}: checksums verified {sum(verified)} chunks over {len(verified)} wakes "
+         f"({verified[0]} per wake), mismatches {mismatches}; "
+         f"unchanged (not copied) {unchanged / MiB:.1f} MiB")
+    assert dormant.stats()["verify"] is True, "verification is on by default"
+    assert all(v > 0 for v in verified), "a wake verified no chunk"
+    assert mismatches == 0
+
+
 def test_failed_rebuild_fails_the_wake_and_retry_works(dm, server, rebuilt, note):
     """a rebuild callback that raises fails the HTTP wake; the retry restores all"""
     t = rebuilt["trainer"]

@@ -342,6 +342,8 @@ Test(metrics, every_family_parses_and_says_what_happened)
 		"dormant_transition_running", "dormant_steps_running", "dormant_bytes_copied_total",
 		"dormant_bytes_released_total", "dormant_bytes_zeroed_total",
 		"dormant_bytes_skipped_total", "dormant_last_transition_timestamp_seconds", "dormant_last_transition_success",
+		"dormant_bytes_unchanged_total", "dormant_chunks_verified_total",
+		"dormant_chunk_mismatches_total", "dormant_verify_enabled",
 	};
 	struct fixture f;
 	struct http_response r;
@@ -392,6 +394,8 @@ Test(metrics, every_family_parses_and_says_what_happened)
 		     must(&expo, "dormant_gpu_total_bytes", "device=0"));
 	cr_assert_eq(must(&expo, "dormant_transition_running", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_steps_running", NULL), 0);
+	cr_assert_eq(must(&expo, "dormant_verify_enabled", NULL), 1, "verification is on by default");
+	cr_assert_eq(must(&expo, "dormant_chunk_mismatches_total", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_bytes_copied_total", "direction=to_host"),
 		     TEST_TAG_BYTES);
 	cr_assert_eq(must(&expo, "dormant_bytes_released_total", NULL), 2 * TEST_TAG_BYTES);

@@ -211,6 +211,12 @@ def test_cycle_native_routes_and_verification(daemon):
     # the same request again works
     response, doc = daemon.request('POST', '/wake', {'tags': None})
     assert response.status == 200 and doc['state'] == 'awake'
+    # the library verified the kept chunks' checksums (on by default)
+    assert doc['chunks_verified'] > 0 and doc['chunk_mismatches'] == 0
+    _, stats = daemon.request('GET', '/stats')
+    assert stats['verify'] is True
+    assert stats['counters']['chunks_verified_total'] == doc['chunks_verified']
+    assert stats['last_wake']['chunks_verified'] == doc['chunks_verified']
     # the trainer verifies both tags after the wake
     for _ in range(600):
         _, doc = daemon.request('GET', '/stats')

@@ -281,3 +281,23 @@ def test_region_needs_torch_and_cuda(mgr):
     with pytest.raises((ImportError, dormant.NoDeviceError)):
         with mgr.region("weights"):
             pass
+
+
+def test_verification_finds_a_corrupted_host_copy(mgr):
+    w = mgr.alloc("weights", 4 * MiB)
+    data = pattern(4 * MiB, 3)
+    mgr.copy_to_device(w, data)
+    mgr.sleep()
+    mgr.debug_corrupt_host(w + 1000, 0x04)
+    with pytest.raises(dormant.DeviceError) as e:
+        mgr.wake()
+    assert "checksum mismatch" in e.value.message and "'weights'" in e.value.message
+    stats = mgr.stats()
+    assert stats["counters"]["chunk_mismatches_total"] == 1
+    assert stats["last_wake"]["chunk_mismatches"] == 1
+    mgr.debug_corrupt_host(w + 1000, 0x04)  # fixed
+    report = mgr.wake()
+    assert report["chunks_verified"] >= 1 and report["chunk_mismatches"] == 0
+    assert mgr.copy_to_host(w, 4 * MiB) == data
+    mgr.set_verify(False)
+    assert mgr.stats()["verify"] is False

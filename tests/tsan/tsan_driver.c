@@ -520,6 +520,69 @@ static void scenario_faults(void)
 	dormant_destroy(c.m);
 }
 
+/* ---- devices: three devices driven at once, one failing now and then ---- */
+
+static void scenario_devices(void)
+{
+	static const char *const cycling[] = { "weights", "grads", NULL };
+	static const char *const second[] = { "weights", NULL };
+	struct crowd c = { 0 };
+	pthread_t t[2];
+	void *w[3] = { 0 };
+	unsigned char *buf = malloc(10 * MiB);
+
+	if (!buf || manager_from("backend=host,host_mode=retain,chunk_bytes=4MiB,staging_bytes=8MiB,"
+				 "copy_threads=2,host_devices=3,host_device_bytes=64MiB",
+				 &c.m) < 0) {
+		if (!buf)
+			fail("out of memory");
+		free(buf);
+		return;
+	}
+	dormant_set_policy(c.m, "grads", DORMANT_DISCARD);
+	alloc_filled(c.m, "scratch", MiB, 1);
+	for (int d = 0; d < 3 && !failed(); d++) {
+		void *g;
+
+		for (size_t i = 0; i < 10 * MiB; i++)
+			buf[i] = pattern_byte(i, 60 + (unsigned)d);
+		if (dormant_alloc_on(c.m, "weights", 10 * MiB, d, &w[d]) < 0 ||
+		    dormant_alloc_on(c.m, "grads", 6 * MiB, d, &g) < 0 ||
+		    dormant_copy_to_device(c.m, w[d], buf, 10 * MiB) < 0)
+			fail("device %d: %s", d, dormant_last_error());
+	}
+	free(buf);
+	c.victim_next = 16; /* no freer here */
+	pthread_create(&t[0], NULL, fault_reader, &c);
+	pthread_create(&t[1], NULL, crowd_allocator, &c);
+	for (unsigned round = 0; round < 4 && !failed(); round++) {
+		int r;
+
+		cycle(c.m, round % 2 ? second : cycling, 2);
+		/* device 2 fails a copy: every device rolls back or stays asleep */
+		dormant_debug_inject_device_fault(c.m, 2, DORMANT_FAULT_COPY, 1 + round % 4, -EIO,
+						  false);
+		r = dormant_sleep(c.m, cycling, NULL);
+		dormant_debug_inject_device_fault(c.m, 2, DORMANT_FAULT_COPY, 0, 0, false);
+		if (r == 0) {
+			dormant_debug_inject_device_fault(c.m, 2, DORMANT_FAULT_MAP, 1, -ENOMEM,
+							  false);
+			if (dormant_wake(c.m, NULL, NULL) != -ENOMEM)
+				fail("a wake failing on device 2 did not fail");
+			dormant_debug_inject_device_fault(c.m, 2, DORMANT_FAULT_MAP, 0, 0, false);
+			if (dormant_wake(c.m, NULL, NULL) < 0)
+				fail("wake after a fault on device 2: %s", dormant_last_error());
+		}
+		for (int d = 0; d < 3; d++)
+			if (w[d] && !holds(c.m, w[d], 10 * MiB, 60 + (unsigned)d))
+				fail("round %u: the weights of device %d changed", round, d);
+	}
+	atomic_store(&c.stop, true);
+	pthread_join(t[0], NULL);
+	pthread_join(t[1], NULL);
+	dormant_destroy(c.m);
+}
+
 /* ---- http: many clients racing transitions, then a stop ------------------ */
 
 /* One request over a fresh connection; returns the status, 0 on no answer. */
@@ -688,6 +751,7 @@ static const struct {
 	{ "torch", scenario_torch },
 	{ "modes", scenario_modes },
 	{ "faults", scenario_faults },
+	{ "devices", scenario_devices },
 	{ "http", scenario_http },
 };
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Check that the shipped PTX (core/kernels/checksum.ptx) is what nvcc makes
+of core/kernels/checksum.cu now, so a change to the kernel cannot ship with
+a stale PTX. Usage: compare.py SHIPPED.ptx BUILT.ptx
+
+The PTX text depends on the nvcc release: when the built one comes from
+another release than the shipped one (its "Cuda compilation tools" line),
+the texts cannot be compared and the test is skipped (exit 77); the GPU
+suite still runs both on the device against the CPU (test-checksum).
+"""
+import sys
+
+
+def tools_line(text):
+    for line in text.splitlines():
+        if "Cuda compilation tools" in line:
+            return line.strip()
+    return None
+
+
+def main():
+    shipped = open(sys.argv[1], encoding="ascii").read()
+    built = open(sys.argv[2], encoding="ascii").read()
+    if tools_line(shipped) != tools_line(built):
+        print("nvcc release differs (shipped: %s; built: %s): not compared"
+              % (tools_line(shipped), tools_line(built)))
+        return 77
+    if shipped != built:
+        print("core/kernels/checksum.ptx is stale: rebuild it with\n"
+              "  nvcc -ptx -arch=compute_75 core/kernels/checksum.cu "
+              "-o core/kernels/checksum.ptx")
+        return 1
+    print("the shipped PTX is nvcc's build of checksum.cu")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
