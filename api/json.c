@@ -129,6 +129,21 @@ static json_t *with_checksums(json_t *o, uint64_t unchanged, uint64_t verified,
 	return o;
 }
 
+/* Where a transition's time went (struct dormant_transition_times). */
+static json_t *times_json(const struct dormant_transition_times *t)
+{
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			 "sync_s", api_number(t->sync_s, API_SECONDS),
+			 "host_prep_s", api_number(t->host_prep_s, API_SECONDS),
+			 "host_pin_s", api_number(t->host_pin_s, API_SECONDS),
+			 "host_wait_s", api_number(t->host_wait_s, API_SECONDS),
+			 "copy_s", api_number(t->copy_s, API_SECONDS),
+			 "release_s", api_number(t->release_s, API_SECONDS),
+			 "map_s", api_number(t->map_s, API_SECONDS),
+			 "map_wait_s", api_number(t->map_wait_s, API_SECONDS),
+			 "zero_wait_s", api_number(t->zero_wait_s, API_SECONDS));
+}
+
 static json_t *tag_change_json(const struct dormant_tag_change *c)
 {
 	return with_checksums(json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
@@ -179,6 +194,10 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 				rep->chunk_mismatches);
 	if (!report)
 		return NULL;
+	if (json_object_set_new(report, "times", times_json(&rep->times)) < 0) {
+		json_decref(report);
+		return NULL;
+	}
 	if (rep->result < 0 &&
 	    json_object_set_new(report, "error", rep->error[0] ? text(rep->error, sizeof(rep->error))
 							       : json_string(strerror(-rep->result))) < 0) {
@@ -205,6 +224,10 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 		      "bytes_skipped", count_json(t->bytes_skipped),
 		      "copy_gbps", api_number(t->copy_gbps, API_RATE));
 	o = with_checksums(o, t->bytes_unchanged, t->chunks_verified, t->chunk_mismatches);
+	if (o && json_object_set_new(o, "times", times_json(&t->times)) < 0) {
+		json_decref(o);
+		return NULL;
+	}
 	if (o && t->result < 0 &&
 	    json_object_set_new(o, "error", text(t->error, sizeof(t->error))) < 0) {
 		json_decref(o);

@@ -121,6 +121,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      after a wake (dormant_set_verify())
  *   skip_unchanged     bool   $DORMANT_SKIP_UNCHANGED  true (retain mode)
  *   parallel_devices   bool   $DORMANT_PARALLEL_DEVICES  true
+ *   wake_overlap       bool   $DORMANT_WAKE_OVERLAP  true: map ahead of copies
+ *   wake_map_threads   int    $DORMANT_WAKE_MAP_THREADS  1 (1 to 8)
  *
  * dormant_option_name() and friends list them at run time with their docs
  * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
@@ -343,6 +345,23 @@ struct dormant_tag_change {
 	uint64_t chunk_mismatches; /* wake: chunks whose checksum did not */
 };
 
+/* Where a transition's time went, in seconds. The wait_ parts are time the
+ * transition's own thread spent waiting for that work; the others are time
+ * spent in that kind of call, summed over every thread that made them (a
+ * wake maps chunks on a thread of its own while earlier chunks are copied),
+ * so the parts may add up to more than the duration. */
+struct dormant_transition_times {
+	double sync_s;          /* sleep: waiting for the device's work to finish */
+	double host_prep_s;     /* sleep: allocating and faulting in host copies */
+	double host_pin_s;      /* sleep: registering (pinning) host copies */
+	double host_wait_s;     /* sleep: copies waiting for a host copy to be ready */
+	double copy_s;          /* the copy phase: first copy queued to the last done */
+	double release_s;       /* unmapping and releasing device memory */
+	double map_s;           /* wake: creating and mapping device memory */
+	double map_wait_s;      /* wake: copies and zero-fill waiting for a mapping */
+	double zero_wait_s;     /* wake: waiting for the zero-fill after the copies */
+};
+
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
  * on failure. */
 struct dormant_report {
@@ -361,6 +380,7 @@ struct dormant_report {
 	uint64_t bytes_unchanged;   /* see struct dormant_tag_change */
 	uint64_t chunks_verified;
 	uint64_t chunk_mismatches;
+	struct dormant_transition_times times;
 };
 
 /*
@@ -450,6 +470,7 @@ struct dormant_transition_stats {
 	uint64_t bytes_unchanged;  /* sleep: see struct dormant_tag_change */
 	uint64_t chunks_verified;  /* wake */
 	uint64_t chunk_mismatches; /* wake */
+	struct dormant_transition_times times;
 };
 
 /* A Prometheus-style histogram: counts[i] is the number of observations

@@ -132,6 +132,10 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	atomic_store(&m->engine.verify, o.verify);
 	/* retain mode's skip of unchanged chunks */
 	m->engine.skip_unchanged = o.skip_unchanged;
+	/* the wake's order: map ahead of the copies (false: map all, then copy,
+	 * as before the mapper, to compare), on how many threads */
+	m->engine.wake_overlap = o.wake_overlap;
+	m->engine.map_threads = (unsigned)o.wake_map_threads;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -129,6 +129,16 @@ static const struct option options[] = {
 		.default_value = "true", .env = "DORMANT_PARALLEL_DEVICES",
 		.doc = "drive the devices of a transition at once (false: one after another)",
 	},
+	{
+		.name = "wake_overlap", .type = OPTION_BOOL, .offset = FIELD(wake_overlap),
+		.default_value = "true", .env = "DORMANT_WAKE_OVERLAP",
+		.doc = "a wake maps chunks ahead of the copies (false: maps all, then copies)",
+	},
+	{
+		.name = "wake_map_threads", .type = OPTION_INT, .offset = FIELD(wake_map_threads),
+		.default_value = "1", .env = "DORMANT_WAKE_MAP_THREADS", .min = 1, .max = 8,
+		.doc = "threads that map a wake's chunks ahead of the copies",
+	},
 };
 
 _Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_options.set has 64 bits");

@@ -27,6 +27,8 @@ struct dormant_options {
 	bool verify;
 	bool skip_unchanged;
 	bool parallel_devices;
+	bool wake_overlap;
+	int wake_map_threads;
 
 	dormant_log_fn log_fn;
 	void *log_userdata;

@@ -23,6 +23,7 @@ static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
 static int host_fault_in(struct engine *e, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
+	double start = now_monotonic_s();
 	int r;
 
 	if (c->host.ptr) { /* grown since its last sleep, or left unpinned */
@@ -32,18 +33,25 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 		engine_account_host(it->tag, -(int64_t)size);
 	}
 	r = hostbuf_alloc(e->backend, c->plan.kept, &c->host);
-	if (r < 0)
+	if (r < 0) {
+		engine_time_add(&e->host_prep_ns, start);
 		return r;
+	}
 	engine_account_host(it->tag, (int64_t)c->host.size);
 	if (e->pin_host)
 		hostbuf_touch(e->workers, &c->host);
+	engine_time_add(&e->host_prep_ns, start);
 	return 0;
 }
 
 /* Stage two: registered with the device, or left for the staging ring. */
 static void host_pin(struct engine *e, struct xfer_item *it)
 {
-	if (e->pin_host && hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece) < 0)
+	double start = now_monotonic_s();
+	int r = e->pin_host ? hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece) : 0;
+
+	engine_time_add(&e->host_pin_ns, start);
+	if (r < 0)
 		log_write(&e->log, DORMANT_LOG_WARNING,
 			  "host copy stays unpinned (copied through the staging ring): %s",
 			  dormant_last_error());

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "manager.h"
+#include "mapper.h"
 #include "pipeline.h"
 #include "prepare.h"
 #include "staging.h"
@@ -17,7 +18,7 @@
 
 /* ---- accounting ---------------------------------------------------------- */
 
-static void account_device(struct engine *e, struct alloc *a, int64_t delta)
+void engine_account_device(struct engine *e, struct alloc *a, int64_t delta)
 {
 	atomic_fetch_add(&e->device_bytes[a->device], (uint64_t)delta);
 	atomic_fetch_add(&a->tag->device_bytes, (uint64_t)delta);
@@ -104,14 +105,18 @@ err:
 int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c)
 {
 	struct backend *b = e->backend;
+	double start = now_monotonic_s();
 	int r;
 
 	r = b->ops->mem_unmap(b, a->device, c->va, c->size);
-	if (r < 0)
+	if (r < 0) {
+		engine_time_add(&e->release_ns, start);
 		return error_prefix(r, "unmapping %zu bytes at %#lx", c->size, (unsigned long)c->va);
+	}
 	c->mapped = false;
-	account_device(e, a, -(int64_t)c->size);
+	engine_account_device(e, a, -(int64_t)c->size);
 	r = b->ops->mem_release(b, a->device, c->handle);
+	engine_time_add(&e->release_ns, start);
 	if (r < 0)
 		log_write(&e->log, DORMANT_LOG_WARNING, "releasing physical memory: %s",
 			  dormant_last_error());
@@ -221,8 +226,14 @@ static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, b
 	dst->unchanged += src->unchanged;
 	dst->verified += src->verified;
 	dst->mismatches += src->mismatches;
-	/* devices that copied at once took the longest one's time */
-	dst->copy_s = overlapped ? MAX(dst->copy_s, src->copy_s) : dst->copy_s + src->copy_s;
+	/* devices that worked at once took the longest one's time */
+#define TOTALS_TIME(f) (dst->f = overlapped ? MAX(dst->f, src->f) : dst->f + src->f)
+	TOTALS_TIME(copy_s);
+	TOTALS_TIME(times.sync_s);
+	TOTALS_TIME(times.host_wait_s);
+	TOTALS_TIME(times.map_wait_s);
+	TOTALS_TIME(times.zero_wait_s);
+#undef TOTALS_TIME
 	dst->rollback_failed |= src->rollback_failed;
 }
 
@@ -395,6 +406,28 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 	return error_set(r, "%s", message);
 }
 
+/* The calls' times of one transition, from the engine's counters. */
+struct time_marks {
+	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
+};
+
+static void times_mark(struct engine *e, struct time_marks *m)
+{
+	m->release_ns = atomic_load(&e->release_ns);
+	m->map_ns = atomic_load(&e->map_ns);
+	m->host_prep_ns = atomic_load(&e->host_prep_ns);
+	m->host_pin_ns = atomic_load(&e->host_pin_ns);
+}
+
+static void times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
+{
+	t->times.release_s = (double)(atomic_load(&e->release_ns) - m->release_ns) / 1e9;
+	t->times.map_s = (double)(atomic_load(&e->map_ns) - m->map_ns) / 1e9;
+	t->times.host_prep_s = (double)(atomic_load(&e->host_prep_ns) - m->host_prep_ns) / 1e9;
+	t->times.host_pin_s = (double)(atomic_load(&e->host_pin_ns) - m->host_pin_ns) / 1e9;
+	t->times.copy_s = t->copy_s;
+}
+
 /* ---- sleep --------------------------------------------------------------- */
 
 /* Release the mapped chunks of one policy on device d (-1: every device). */
@@ -424,14 +457,16 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			      .totals = t };
 	bool discards_done = false;
 	struct prep prep;
-	double start;
+	double start, wait;
 	int r;
 
 	r = device_ready(e, d);
 	if (r < 0)
 		return r;
 	/* Every kernel that may still write this memory must be done. */
+	start = now_monotonic_s();
 	r = e->backend->ops->synchronize(e->backend, d);
+	t->times.sync_s += now_monotonic_s() - start;
 	if (r < 0)
 		return error_prefix(r, "synchronizing device %d", d);
 
@@ -469,7 +504,9 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 				host_release(e, it->tag, c);
 			continue;
 		}
+		wait = now_monotonic_s();
 		r = prep_wait(&prep, it);
+		t->times.host_wait_s += now_monotonic_s() - wait;
 		if (r < 0)
 			goto err;
 		if (!c->host.pin_piece) {
@@ -514,14 +551,17 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 {
 	char message[DORMANT_ERROR_MAX];
 	struct xfer_totals undo = { 0 };
+	struct time_marks marks;
 	int r, rr;
 
 	memset(t, 0, sizeof(*t));
+	times_mark(e, &marks);
 	r = devices_run(e, items, count, sleep_device, t);
 	/* REBUILD memory goes last, once every copy is done: a sleep that
 	 * fails before rolls back with it intact, and nothing is lost. */
 	if (r == 0)
 		r = release_policy(e, -1, DORMANT_REBUILD, items, count, t);
+	times_since(e, &marks, t);
 	if (r == 0)
 		return 0;
 
@@ -596,19 +636,31 @@ static int zero_gap(void *ctx, size_t offset, size_t size)
 	return 0;
 }
 
+/* Map (through the mapper: ahead, on its thread), zero-fill and restore
+ * device d's chunks of the wake, in items order. */
 static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
 			  struct xfer_totals *t)
 {
 	struct engine_device *ed = &e->devices[d];
 	struct pipeline p = { .e = e, .device = d, .ed = ed, .to_host = false, .totals = t };
 	const struct backend_ops *ops = e->backend->ops;
+	struct mapper mp;
+	double wait;
 	int r;
 
+	r = mapper_start(&mp, e, d, items, count);
+	if (r < 0)
+		goto err_mapper;
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
-		if (it->alloc->device != d || !it->mapped_here)
+		if (it->alloc->device != d)
+			continue;
+		r = mapper_wait(&mp, it);
+		if (r < 0)
+			goto err;
+		if (!it->mapped_here)
 			continue;
 		if (xfer_is_keep(it) && c->host_valid) {
 			/* what the host copy does not hold: marked, holes */
@@ -616,50 +668,79 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 
 			r = plan_for_each_gap(&c->plan, zero_gap, &g);
 			if (r < 0)
-				return r;
+				goto err;
+			if (!c->host.pin_piece) {
+				r = staging_ready(e, d);
+				if (r < 0)
+					goto err;
+			}
+			r = pipeline_issue_chunk(&p, it);
+			if (r < 0)
+				goto err;
 			continue;
 		}
 		/* DISCARD memory, and KEEP memory that never had a copy. */
 		r = ops->zero(e->backend, d, c->va, c->size, ed->zero_stream);
-		if (r < 0)
-			return error_prefix(r, "zero-filling %zu bytes on device %d", c->size, d);
+		if (r < 0) {
+			error_prefix(r, "zero-filling %zu bytes on device %d", c->size, d);
+			goto err;
+		}
 		it->change->bytes_zeroed += c->size;
 		t->zeroed += c->size;
 	}
 	r = ops->event_record(e->backend, d, ed->zero_event, ed->zero_stream);
 	if (r < 0)
-		return r;
-
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-
-		if (it->alloc->device != d || !it->mapped_here || !xfer_is_keep(it) ||
-		    !it->chunk->host_valid)
-			continue;
-		if (!it->chunk->host.pin_piece) {
-			r = staging_ready(e, d);
-			if (r < 0)
-				goto err;
-		}
-		r = pipeline_issue_chunk(&p, it);
-		if (r < 0)
-			goto err;
-	}
+		goto err;
 	r = pipeline_drain(&p);
 	if (r < 0)
-		goto err;
+		goto err_zero;
+	wait = now_monotonic_s();
 	r = ops->event_wait(e->backend, d, ed->zero_event);
+	t->times.zero_wait_s += now_monotonic_s() - wait;
+	mapper_finish(&mp, t);
 	if (r < 0)
 		return error_prefix(r, "zero-filling on device %d", d);
 	return 0;
 
 err:
+	/* the zero-fill queued so far must be done before the memory goes */
+	(void)ops->event_record(e->backend, d, ed->zero_event, ed->zero_stream);
+err_zero:
 	pipeline_abort(&p);
 	(void)ops->event_wait(e->backend, d, ed->zero_event);
+err_mapper:
+	mapper_finish(&mp, t);
 	return r;
 }
 
-/* Map device d's unmapped chunks of items, then zero-fill and restore them. */
+/* Before a wake that maps ahead of its copies: a device that has less free
+ * memory than the wake maps (another process still holds it) fails it at
+ * once, before any copy, as the map-first order did. When the device cannot
+ * tell, the mappings decide. */
+static int room_check(struct engine *e, int d, struct xfer_item *items, size_t count)
+{
+	uint64_t need = 0, free_bytes, total;
+
+	for (size_t i = 0; i < count; i++)
+		if (items[i].alloc->device == d && !items[i].chunk->mapped)
+			need += items[i].chunk->size;
+	if (e->backend->ops->mem_info(e->backend, d, &free_bytes, &total) < 0)
+		return 0;
+	if (free_bytes >= need)
+		return 0;
+	return error_set(-ENOMEM,
+			 "device %d has %llu bytes free and the wake maps %llu: another process "
+			 "holds the memory (retry once it gives it back)",
+			 d, (unsigned long long)free_bytes, (unsigned long long)need);
+}
+
+/* Device d's share of a wake: map its unmapped chunks of items (ahead of
+ * the copies, on the mapper's threads; or, with DORMANT_WAKE_OVERLAP=0, all
+ * first, so that a wake short of memory fails before any copy), zero-fill
+ * and restore them, and verify the restored chunks. With the mapper, a wake
+ * short of memory fails at room_check(), or (memory taken meanwhile,
+ * fragmentation) at the first chunk that does not fit. The host copies stay
+ * intact either way; wake_items() gives back what was mapped. */
 static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t count,
 		       struct xfer_totals *t)
 {
@@ -667,28 +748,29 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	double start;
 	int r;
 
-	/* Map everything first: if memory is short, fail before any copy. */
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-		struct chunk *c = it->chunk;
-
-		if (it->alloc->device != d || c->mapped)
-			continue;
-		r = device_ready(e, d);
-		if (r < 0)
-			return r;
-		r = backend_mem_create_map(e->backend, d, c->va, c->size, &c->handle);
-		if (r < 0)
-			return error_prefix(r, "mapping %zu bytes on device %d", c->size, d);
-		c->mapped = true;
-		it->mapped_here = true;
-		any = true;
-		account_device(e, it->alloc, (int64_t)c->size);
-		it->change->bytes_mapped += c->size;
-		t->mapped += c->size;
-	}
+	for (size_t i = 0; i < count && !any; i++)
+		any = items[i].alloc->device == d && !items[i].chunk->mapped;
 	if (!any)
 		return 0;
+	r = device_ready(e, d);
+	if (r < 0)
+		return r;
+	if (e->wake_overlap) {
+		r = room_check(e, d, items, count);
+		if (r < 0)
+			return r;
+	}
+	for (size_t i = 0; i < count && !e->wake_overlap; i++) {
+		struct xfer_item *it = &items[i];
+
+		if (it->alloc->device != d || it->chunk->mapped)
+			continue;
+		r = mapper_map_one(e, it);
+		if (r < 0)
+			return r;
+		it->change->bytes_mapped += it->chunk->size;
+		t->mapped += it->chunk->size;
+	}
 	if (atomic_load(&e->devices_stop))
 		return device_stop(e, d);
 
@@ -718,8 +800,14 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 
 int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
 {
+	struct time_marks marks;
+	int r;
+
 	memset(t, 0, sizeof(*t));
-	return wake_items(e, items, count, t);
+	times_mark(e, &marks);
+	r = wake_items(e, items, count, t);
+	times_since(e, &marks, t);
+	return r;
 }
 
 void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)

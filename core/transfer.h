@@ -7,15 +7,19 @@
  *  - prepare.c:  host copies of a sleep: allocated, faulted in, pinned ahead;
  *  - pipeline.c: the copies in flight, split where the host side requires;
  *  - staging.c:  the pinned staging ring for host copies left unpinned;
+ *  - mapper.c:   device memory of a wake: created and mapped ahead;
  *  - transfer.c: this interface: sleep, wake, release, rollback.
  *
  *  - Sleep: synchronize, queue the first KEEP copies, release DISCARD chunks
  *    while they run, then keep a window of copies in flight and release each
  *    KEEP chunk as soon as its own copy is done; REBUILD chunks go last,
  *    once every copy is done.
- *  - Wake: create and map every chunk, zero-fill DISCARD and REBUILD chunks
- *    and what KEEP chunks' host copies do not hold on a second stream, copy
- *    the KEEP runs back, synchronize.
+ *  - Wake: create and map the chunks (mapper.c: on a thread of its own, a
+ *    few chunks ahead of the copies, so that the wake costs about the larger
+ *    of mapping and copying, not their sum; DORMANT_WAKE_OVERLAP=0 maps
+ *    every chunk first), zero-fill DISCARD and REBUILD chunks and what KEEP
+ *    chunks' host copies do not hold on a second stream, copy the KEEP runs
+ *    back, synchronize.
  *
  * Host copies live in pinned buffers, copied straight over PCIe both ways;
  * a sleep that needs fresh ones has two threads fault them in and register
@@ -77,6 +81,10 @@ struct engine {
 	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */
 	bool skip_unchanged;          /* retain mode: release unchanged chunks uncopied */
 	_Atomic bool checksum_warned; /* said once that the backend cannot hash */
+	bool wake_overlap; /* wake: map chunks on a thread while earlier ones copy */
+	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
+	/* time spent in these calls, on any thread (dormant_transition_times) */
+	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -97,6 +105,7 @@ struct xfer_totals {
 	uint64_t unchanged;            /* sleep: kept bytes not copied, unchanged (verify.h) */
 	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
 	double copy_s;
+	struct dormant_transition_times times; /* copy_s and the calls' times: at the end */
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
 
@@ -127,6 +136,13 @@ static inline bool xfer_is_keep(const struct xfer_item *it)
 }
 /* Unmap and release a mapped chunk, with accounting. */
 int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c);
+/* Add the seconds since start (now_monotonic_s()) to a time counter. */
+static inline void engine_time_add(_Atomic uint64_t *ns, double start)
+{
+	atomic_fetch_add(ns, (uint64_t)((now_monotonic_s() - start) * 1e9));
+}
+/* Count device bytes mapped for an allocation (atomic: any thread). */
+void engine_account_device(struct engine *e, struct alloc *a, int64_t delta);
 /* Count host bytes held for a tag. */
 void engine_account_host(struct tag *tag, int64_t delta);
 

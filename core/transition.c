@@ -316,6 +316,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		.bytes_unchanged = t->totals.unchanged,
 		.chunks_verified = t->totals.verified,
 		.chunk_mismatches = t->totals.mismatches,
+		.times = t->totals.times,
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
@@ -426,6 +427,7 @@ settle:
 	rep->bytes_unchanged = t.totals.unchanged;
 	rep->chunks_verified = t.totals.verified;
 	rep->chunk_mismatches = t.totals.mismatches;
+	rep->times = t.totals.times;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
 	pthread_mutex_lock(&m->lock);
 	settle(m, &t, r);

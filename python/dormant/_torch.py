@@ -20,6 +20,15 @@ host memory, and come back zero-filled. The hook runs after the trainer guard
 closed, so no guarded step allocates meanwhile. Manager(mark_free_blocks=False)
 turns it off.
 
+The same hook first gives back the caching allocator's unused blocks outside
+dormant's pools (torch.cuda.empty_cache()): a step's temporaries, cached in
+PyTorch's ordinary memory, would otherwise stay on the device while the
+trainer sleeps, taking memory the process that runs meanwhile could use.
+Nothing in dormant's pools is touched (empty_cache() leaves the pools in
+use alone). Manager(empty_cache_on_sleep=False) or
+DORMANT_TORCH_EMPTY_CACHE=0 turns it off (the next step then allocates
+without a cudaMalloc).
+
 Imported by Manager.region() only: importing dormant does not import torch.
 """
 import contextlib
@@ -136,8 +145,15 @@ class TorchGlue:
             torch.cuda.synchronize(device)
 
     def before_sleep(self):
-        """The before-sleep hook: never cancels the sleep (marking is only a
-        saving); a failure is logged and the rest copied whole."""
+        """The before-sleep hook: never cancels the sleep (marking and
+        emptying the cache are only savings); a failure is logged and the
+        rest copied whole."""
+        if self.manager.empty_cache_on_sleep:
+            try:
+                torch.cuda.empty_cache()
+            except Exception:
+                log.warning("dormant: torch.cuda.empty_cache() failed before a sleep; "
+                            "PyTorch's cached blocks stay on the device", exc_info=True)
         if not self.manager.mark_free_blocks:
             return
         start = time.perf_counter()

@@ -143,7 +143,7 @@ class Manager:
     numeric options of earlier versions (chunk_bytes, guard_timeout_ms,
     copy_threads, staging_bytes, host_devices, host_device_bytes) 0 still
     means "the default"; guard_timeout_ms="0" means "do not wait".
-    And two of Python's own:
+    And three of Python's own:
         log: None (the library logs nothing), True (to the "dormant" logger)
             or a callable(level, message) with level "error", "warning",
             "info" or "debug". It is called from library threads; keep it
@@ -154,15 +154,23 @@ class Manager:
             (mark_unused()), so they are neither copied nor kept in host
             memory. False turns that off (whole segments are copied); the
             attribute of the same name can change it later.
+        empty_cache_on_sleep: True (the default, unless
+            $DORMANT_TORCH_EMPTY_CACHE is 0): once region() is in use, every
+            sleep first gives back the caching allocator's unused blocks
+            outside dormant's pools (torch.cuda.empty_cache()), so that a
+            sleeping trainer leaves no cached memory behind. False keeps
+            them; the attribute of the same name can change it later.
 
     Every method is safe to call from any thread. Hooks added with on_sleep()
     and on_wake() run on the thread that runs the transition, which may be an
     HTTP server thread.
     """
 
-    def __init__(self, *, log=None, mark_free_blocks=True, **options):
+    def __init__(self, *, log=None, mark_free_blocks=True, empty_cache_on_sleep=None, **options):
         self._init_state()
         self.mark_free_blocks = bool(mark_free_blocks)
+        if empty_cache_on_sleep is not None:
+            self.empty_cache_on_sleep = bool(empty_cache_on_sleep)
         texts = [(name, _option_text(name, value)) for name, value in options.items()]
         self._log_callback = self._make_log_callback(log)
         lib = self._lib
@@ -197,6 +205,7 @@ class Manager:
         self._torch = None          # the region machinery, once region() is used
         self._log_callback = None
         self.mark_free_blocks = True
+        self.empty_cache_on_sleep = os.environ.get("DORMANT_TORCH_EMPTY_CACHE", "1") != "0"
 
     @classmethod
     def _attach(cls, handle):

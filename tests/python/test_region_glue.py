@@ -64,7 +64,10 @@ class FakeTorch(types.ModuleType):
         def device(index):
             yield
 
+        self.calls = []   # empty_cache() calls, in order with other events
+
         self.cuda = types.SimpleNamespace(
+            empty_cache=lambda: self.calls.append("empty_cache"),
             is_available=lambda: True, current_device=lambda: 0, device=device,
             MemPool=MemPool, use_mem_pool=use_mem_pool, OutOfMemoryError=MemoryError,
             memory=types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator))
@@ -264,3 +267,60 @@ def test_dtype_tags_route_per_call():
         half * 2                                    # dtype of the first tensor
         assert switched == []
     sys.modules.pop("dormant._torch", None)
+
+
+def test_sleep_gives_back_pytorchs_cache_by_default(glue):
+    """Issue 16 §3: a sleep empties the caching allocator's cache (PyTorch's
+    ordinary memory) first, from Python and over HTTP, before the marks are
+    taken; once per sleep."""
+    fake, mgr, _ = glue
+    assert mgr.empty_cache_on_sleep is True
+    with mgr.region("weights"):
+        _, ptr = fake.alloc(MiB)
+    real = mgr._torch.mark_free_blocks
+    mgr._torch.mark_free_blocks = lambda tags: (fake.calls.append("mark"), real(tags))[1]
+    mgr.sleep()
+    assert fake.calls == ["empty_cache", "mark"]
+    mgr.wake()
+    server = mgr.serve()
+    try:
+        import urllib.request
+        urllib.request.urlopen(urllib.request.Request(server.url + "/sleep", data=b"",
+                                                      method="POST"), timeout=30).read()
+    finally:
+        server.stop()
+    assert fake.calls == ["empty_cache", "mark", "empty_cache", "mark"]
+    mgr.wake()
+    mgr.free(ptr)
+
+
+def test_empty_cache_on_sleep_opt_out(glue, monkeypatch):
+    fake, mgr, _ = glue
+    with mgr.region("weights"):
+        _, ptr = fake.alloc(MiB)
+    mgr.empty_cache_on_sleep = False
+    mgr.sleep()
+    mgr.wake()
+    assert "empty_cache" not in fake.calls
+    mgr.free(ptr)
+    monkeypatch.setenv("DORMANT_TORCH_EMPTY_CACHE", "0")
+    other = dormant.Manager.__new__(dormant.Manager)
+    other._init_state()
+    assert other.empty_cache_on_sleep is False
+    monkeypatch.delenv("DORMANT_TORCH_EMPTY_CACHE")
+    other._init_state()
+    assert other.empty_cache_on_sleep is True
+
+
+def test_empty_cache_failure_does_not_cancel_the_sleep(glue):
+    fake, mgr, _ = glue
+    with mgr.region("weights"):
+        _, ptr = fake.alloc(MiB)
+
+    def broken():
+        raise RuntimeError("CUDA error")
+    fake.cuda.empty_cache = broken
+    report = mgr.sleep()
+    assert report["result"] == "ok" and report["state"] == "asleep"
+    mgr.wake()
+    mgr.free(ptr)
