@@ -648,6 +648,8 @@ def run_trainer(args, overlap, ceiling, out, checks):
                 row["rollout_free"] = freed
             else:
                 row["rollout_free"] = rollout.free()
+                if args.wake_delay_s > 0:
+                    time.sleep(args.wake_delay_s)  # let the driver finish with the freed memory
                 r, rep = transition(once, "wake", tags)
                 row["wake_attempts"] = 1
             if not r.ok:
@@ -802,6 +804,9 @@ def main():
                     help="what the rollout leaves free")
     ap.add_argument("--rollout-alloc", choices=("torch", "cumem"), default="torch")
     ap.add_argument("--rollout-tensors", type=int, default=64)
+    ap.add_argument("--wake-delay-s", type=float, default=0.0,
+                    help="seconds between the rollout's free and the wake (phases without "
+                    "an early wake): shows whether the driver's work on freed memory slows the wake")
     ap.add_argument("--no-empty-cache", action="store_true",
                     help="the trainer keeps PyTorch's cache asleep (DORMANT_TORCH_EMPTY_CACHE=0)")
     ap.add_argument("--host-device-bytes", type=int, default=256 * MiB,
