@@ -12,6 +12,9 @@
  * destroyed or its device is synchronized, as on a real device, so that a
  * missing wait or synchronize shows as stale data.
  *
+ * DORMANT_HOST_CHECKSUM=0, a test tool: the simulated device cannot hash, as
+ * a device whose driver cannot load the checksum kernel (-ENOTSUP).
+ *
  * DORMANT_HOST_RENDEZVOUS=to_host:MS (or to_device:MS), a test tool too: the
  * first copy in that direction on each simulated device waits, up to MS
  * milliseconds, until every simulated device has issued one, and fails with
@@ -103,6 +106,7 @@ struct host_backend {
 	_Atomic uint64_t used[DORMANT_DEVICES_MAX];
 	_Atomic bool active[DORMANT_DEVICES_MAX];
 	bool defer; /* DORMANT_HOST_DEFER_STREAMS=1 */
+	bool no_kernel; /* DORMANT_HOST_CHECKSUM=0: as a device without the kernel */
 	pthread_mutex_t lock; /* the streams and their queues */
 	struct host_stream *streams;
 	uint64_t next_stream_id;
@@ -629,6 +633,12 @@ static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, 
 
 /* The chunk checksum on the CPU, after the stream's queued work (as the
  * kernel would run after it on a device). */
+static int no_kernel(void)
+{
+	return error_set(-ENOTSUP, "the simulated device cannot run the checksum kernel "
+				   "(DORMANT_HOST_CHECKSUM=0)");
+}
+
 static int host_checksum(struct backend *b, int device, const struct checksum_range *ranges,
 			 size_t count, void *stream, struct checksum *out)
 {
@@ -638,6 +648,8 @@ static int host_checksum(struct backend *b, int device, const struct checksum_ra
 
 	if (r < 0)
 		return r;
+	if (h->no_kernel)
+		return no_kernel();
 	pthread_mutex_lock(&h->lock);
 	if (s)
 		stream_run(h, s, s->issued);
@@ -666,6 +678,8 @@ static int host_checksum_start(struct backend *b, int device, const struct check
 	(void)stream; /* the engine queues nothing else on it */
 	if (r < 0)
 		return r;
+	if (host(b)->no_kernel)
+		return no_kernel();
 	job = calloc(1, sizeof(*job));
 	if (!job)
 		return error_set(-ENOMEM, "out of host memory");
@@ -885,6 +899,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->devices = devices;
 	h->capacity = capacity;
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
+	h->no_kernel = (env = getenv("DORMANT_HOST_CHECKSUM")) && strcmp(env, "0") == 0;
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_mutex_init(&h->pin_lock, NULL);
 	if (rendezvous_init(&h->rendezvous) < 0) {

@@ -268,18 +268,20 @@ static void wake_free(struct verify_wake *w)
 {
 	free(w->items);
 	free(w->group_end);
+	free(w->groups);
+	free(w->ranges);
 	w->items = NULL;
-	w->group_end = NULL;
+	w->group_end = w->groups = NULL;
+	w->ranges = NULL;
 	w->count = 0;
+	w->active = false;
 }
 
 int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
 			struct verify_wake *w)
 {
 	struct backend *b = e->backend;
-	struct checksum_range *ranges = NULL;
-	size_t *groups = NULL, runs = 0, bytes = 0;
-	int r;
+	size_t runs = 0, bytes = 0;
 
 	memset(w, 0, sizeof(*w));
 	w->e = e;
@@ -294,19 +296,18 @@ int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t
 	if (w->count == 0)
 		return 0;
 	if (!b->ops->checksum_start) {
-		error_set(-ENOTSUP, "the %s backend cannot hash", b->ops->name);
 		wake_free(w);
-		return unavailable(e, -ENOTSUP);
+		return unavailable(e, error_set(-ENOTSUP, "the %s backend cannot hash",
+						b->ops->name));
 	}
 	w->items = malloc(w->count * sizeof(*w->items));
 	w->group_end = malloc(w->count * sizeof(*w->group_end));
-	groups = calloc(w->count, sizeof(*groups));
-	ranges = malloc(runs * sizeof(*ranges));
-	if (!w->items || !w->group_end || !groups || !ranges) {
-		r = error_set(-ENOMEM, "out of host memory");
-		goto out;
+	w->groups = calloc(w->count, sizeof(*w->groups));
+	w->ranges = malloc(runs * sizeof(*w->ranges));
+	if (!w->items || !w->group_end || !w->groups || !w->ranges) {
+		wake_free(w);
+		return error_set(-ENOMEM, "out of host memory");
 	}
-	runs = 0;
 	w->count = 0;
 	for (size_t i = 0; i < count; i++) {
 		struct chunk *c = items[i].chunk;
@@ -315,12 +316,12 @@ int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t
 			continue;
 		w->items[w->count++] = &items[i];
 		for (size_t k = 0; k < c->plan.count; k++)
-			ranges[runs++] = (struct checksum_range){
+			w->ranges[w->range_count++] = (struct checksum_range){
 				.ptr = c->va + c->plan.runs[k].offset,
 				.size = c->plan.runs[k].size,
 				.offset = c->plan.runs[k].offset,
 			};
-		groups[w->group_count] += c->plan.count;
+		w->groups[w->group_count] += c->plan.count;
 		bytes += c->plan.kept;
 		if (bytes >= WAKE_GROUP_BYTES) {
 			w->group_end[w->group_count++] = w->count;
@@ -330,20 +331,26 @@ int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t
 	/* the open group, if any */
 	if (w->group_count == 0 || w->group_end[w->group_count - 1] != w->count)
 		w->group_end[w->group_count++] = w->count;
-	w->range_count = runs;
-	r = b->ops->checksum_start(b, d, ranges, runs, groups, w->group_count,
-				   e->devices[d].hash_stream, &w->job);
-	if (r < 0) {
-		error_prefix(r, "hashing %zu chunks on device %d", w->count, d);
-		wake_free(w);
-		w->job = NULL;
-		r = unavailable(e, r);
-	}
-out:
-	if (r < 0)
-		wake_free(w);
-	free(groups);
-	free(ranges);
+	w->active = true;
+	return 0;
+}
+
+/* The backend's job, made once the first group's copies are queued: its work
+ * buffer is allocated and its range table uploaded while they run. */
+static int wake_job(struct verify_wake *w)
+{
+	struct backend *b = w->e->backend;
+	int r;
+
+	r = b->ops->checksum_start(b, w->device, w->ranges, w->range_count, w->groups,
+				   w->group_count, w->e->devices[w->device].hash_stream, &w->job);
+	if (r == 0)
+		return 0;
+	w->job = NULL;
+	error_prefix(r, "hashing %zu chunks on device %d", w->count, w->device);
+	r = unavailable(w->e, r);
+	if (r == 0)
+		wake_free(w); /* no kernel: unverified */
 	return r;
 }
 
@@ -352,11 +359,16 @@ int checksum_wake_chunk(struct verify_wake *w, struct xfer_item *it, void *event
 	struct backend *b = w->e->backend;
 	int r;
 
-	if (!w->job || w->next == w->count || w->items[w->next] != it)
+	if (!w->active || w->next == w->count || w->items[w->next] != it)
 		return 0;
 	w->next++;
 	if (w->next < w->group_end[w->next_group])
 		return 0;
+	if (!w->job) {
+		r = wake_job(w);
+		if (r < 0 || !w->active)
+			return r;
+	}
 	/* the group's last chunk: its copies, and every earlier one's, are
 	 * before event on the copy stream */
 	r = b->ops->checksum_queue(b, w->device, w->job, w->next_group, event);
@@ -368,10 +380,8 @@ int checksum_wake_chunk(struct verify_wake *w, struct xfer_item *it, void *event
 
 void checksum_wake_abort(struct verify_wake *w)
 {
-	struct backend *b = w->e ? w->e->backend : NULL;
-
 	if (w->job)
-		(void)b->ops->checksum_finish(b, w->device, w->job, NULL);
+		(void)w->e->backend->ops->checksum_finish(w->e->backend, w->device, w->job, NULL);
 	w->job = NULL;
 	wake_free(w);
 }
@@ -385,11 +395,11 @@ int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t)
 	size_t k = 0;
 	int r;
 
-	if (!w->job) {
+	if (!w->active) {
 		wake_free(w);
 		return 0;
 	}
-	if (w->next_group != w->group_count) {
+	if (!w->job || w->next_group != w->group_count) {
 		checksum_wake_abort(w);
 		return error_set(-EPROTO, "internal error: %zu of %zu chunk groups hashed on device %d",
 				 w->next_group, w->group_count, w->device);

@@ -32,17 +32,21 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 struct verify_wake {
 	struct engine *e;
 	int device;
-	void *job;                /* the backend's; NULL: nothing to verify */
+	bool active;              /* chunks to verify, and a kernel (so far) */
+	void *job;                /* the backend's, from the first group on */
 	struct xfer_item **items; /* the chunks hashed, in restore order */
 	size_t count, next;       /* next: the next one the restore issues */
 	size_t *group_end;        /* per group: the index after its last chunk */
+	size_t *groups;           /* per group: its ranges */
 	size_t group_count, next_group;
+	struct checksum_range *ranges; /* the chunks' runs, in order */
 	size_t range_count;
 };
 
 /* Before the restore of device d's chunks: which are verified, in which
- * groups; the backend job (work buffer, range table) made. A backend that
- * cannot hash warns once and verifies nothing. */
+ * groups. The backend's job (work buffer, range table) is made when the
+ * first group's copies are queued; a backend that cannot hash then warns
+ * once and the wake goes on unverified. */
 int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
 			struct verify_wake *w);
 /* After the restore queued the copies of it (event recorded after the last

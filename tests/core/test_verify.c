@@ -577,3 +577,49 @@ Test(overlap, staged_chunks_are_hashed_after_their_copy, .init = staged_env)
 {
 	many_chunks_verified(DORMANT_HOST_RETAIN);
 }
+
+/* ---- a device that cannot run the kernel ---------------------------------- */
+
+static int kernel_warnings;
+
+static void count_warning(enum dormant_log_level level, const char *message, void *userdata)
+{
+	(void)userdata;
+	if (level == DORMANT_LOG_WARNING && strstr(message, "neither verified nor skipped"))
+		__atomic_fetch_add(&kernel_warnings, 1, __ATOMIC_RELAXED);
+}
+
+static void no_kernel_env(void)
+{
+	setenv("DORMANT_HOST_CHECKSUM", "0", 1);
+}
+
+/* Sleeps and wakes go on unverified (and nothing is skipped), said once. */
+Test(no_kernel, wakes_unverified_with_one_warning, .init = no_kernel_env)
+{
+	struct dormant_options o = { .host_mode = DORMANT_HOST_RETAIN, .chunk_bytes = CHUNK,
+				     .log_fn = count_warning };
+	struct dormant *m = NULL;
+	struct dormant_report rep;
+	uint64_t sum[2];
+	void *w;
+
+	cr_assert_eq(dormant_new(&o, &m), 0, "%s", dormant_last_error());
+	if (strcmp(dormant_backend_name(m), "host") != 0) {
+		dormant_destroy(m);
+		cr_skip_test("DORMANT_HOST_CHECKSUM is the host backend's");
+	}
+	w = alloc_keep(m, "w", 3 * CHUNK);
+	fill(m, w, 3 * CHUNK, 16);
+	cr_expect_eq(dormant_debug_checksum(m, w, 64, 0, sum), -ENOTSUP);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		sleep_ok(m, &rep);
+		cr_expect_eq(rep.bytes_unchanged, 0, "nothing vouches for unchanged bytes");
+		cr_expect_eq(rep.bytes_copied, 3 * CHUNK);
+		wake_ok(m, &rep);
+		cr_expect_eq(rep.chunks_verified, 0);
+		cr_expect(holds(m, w, 3 * CHUNK, 16));
+	}
+	cr_expect_eq(kernel_warnings, 1, "said once, not per transition: %d", kernel_warnings);
+	dormant_destroy(m);
+}
