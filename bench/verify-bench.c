@@ -10,7 +10,9 @@
  * with verification on in even cycles and off in odd ones. Reported, as
  * medians over the cycles after the first (which copies everything):
  *  - the device hash rate (dormant_debug_checksum() of all of "frozen");
- *  - wake of "frozen" with verification on and off: the cost of verifying;
+ *  - wake of "frozen" with verification on and off: the cost of verifying
+ *    (the wake hashes each group of chunks while later ones copy: what is
+ *    left is the last group's hash and one read-back of the hashes);
  *  - sleep of "frozen": how fast unchanged memory goes;
  *  - sleep of "trained": the changed part's copy rate.
  * After the last wake both tags must hold their data (the pattern, and the
