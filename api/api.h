@@ -161,6 +161,9 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep,
  * when out of memory. */
 json_t *api_stats_to_json(const struct dormant_stats *stats, json_t *extra);
 
+
+/* ---- transitions (transition.c) ------------------------------------------ */
+
 /* Run a transition and build its report. Returns what dormant_sleep() or
  * dormant_wake() returned; *ret_report is NULL when out of memory. */
 int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,

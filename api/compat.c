@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "util.h"
+#include "common.h"
 
 /* The tags a compat request resolved to, in the manager's order. */
 struct compat_tags {

@@ -12,7 +12,7 @@
 #include <strings.h>
 
 #include "api.h"
-#include "util.h"
+#include "common.h"
 
 #define PROBLEM_TYPE_PREFIX "urn:dormant:problem:"
 

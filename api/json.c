@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The manager's reports and statistics as JSON documents (jansson), and the
- * exported dormant_*_json() functions built on them. */
+ * exported dormant_*_json() functions built on them (running a transition is
+ * transition.c's). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,7 +10,7 @@
 
 #include "api.h"
 #include "dormant-json.h"
-#include "util.h"
+#include "common.h"
 
 /* Doubles: see api_number() and API_JSON_REAL in api.h. */
 #define JSON_FLAGS_COMPACT (JSON_COMPACT | API_JSON_REAL)
@@ -330,41 +331,6 @@ err:
 	json_decref(devices);
 	json_decref(extra);
 	return NULL;
-}
-
-int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
-		       json_t **ret_report)
-{
-	char error[DORMANT_ERROR_MAX];
-	struct dormant_report *rep;
-	struct dormant_stats *stats;
-	const char *state = "mixed";
-	int r;
-
-	/* both are large: keep them off the server thread's stack */
-	rep = calloc(1, sizeof(*rep));
-	stats = malloc(sizeof(*stats));
-	if (!rep || !stats) {
-		free(rep);
-		free(stats);
-		*ret_report = NULL;
-		return error_set(-ENOMEM, "out of host memory");
-	}
-	r = kind == API_SLEEP ? dormant_sleep(m, tags, rep) : dormant_wake(m, tags, rep);
-	if (r < 0 && rep->result == 0) {
-		/* failed before the manager wrote the report (argument checks) */
-		rep->result = r;
-		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
-	}
-	snprintf(error, sizeof(error), "%s", rep->error);
-	if (dormant_stats_get(m, stats) == 0)
-		state = api_manager_state(stats);
-	*ret_report = api_report_json(kind, rep, state);
-	free(stats);
-	free(rep);
-	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
-		error_set(r, "%s", error);
-	return r;
 }
 
 /* ---- exported ------------------------------------------------------------ */

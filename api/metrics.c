@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "util.h"
+#include "common.h"
 
 #ifndef DORMANT_VERSION
 #define DORMANT_VERSION "unknown"

@@ -1318,15 +1318,7 @@ static int results_write(const struct bench *b)
 static int bench_setup(struct bench *b)
 {
 	const struct options *o = &b->opt;
-	struct dormant_options dopts = {
-		.backend = o->backend,
-		.host_mode = o->host_mode,
-		.chunk_bytes = o->chunk_bytes,
-		.copy_threads = o->copy_threads,
-		.staging_bytes = o->staging_bytes,
-		.host_devices = o->devices > 1 ? (int)o->devices : 0,
-		.log_fn = o->verbose ? log_to_stderr : NULL,
-	};
+	struct dormant_options *dopts = NULL;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t largest = 8;
 	int r;
@@ -1339,7 +1331,26 @@ static int bench_setup(struct bench *b)
 	r = workers_new((unsigned)MAX(1L, MIN(cpus, 16L)), &b->workers);
 	if (r < 0)
 		return bench_fail("starting threads: %s", strerror(-r));
-	if (dormant_new(&dopts, &b->m) < 0)
+	/* a flag left out (NULL, 0) leaves the option to its default */
+	r = dormant_options_new(&dopts);
+	if (r == 0 && o->backend)
+		r = dormant_options_set(dopts, "backend", o->backend);
+	if (r == 0 && o->host_mode != DORMANT_HOST_DEFAULT)
+		r = dormant_options_set(dopts, "host_mode", dormant_host_mode_name(o->host_mode));
+	if (r == 0 && o->chunk_bytes)
+		r = dormant_options_set_int(dopts, "chunk_bytes", (long long)o->chunk_bytes);
+	if (r == 0 && o->copy_threads)
+		r = dormant_options_set_int(dopts, "copy_threads", o->copy_threads);
+	if (r == 0 && o->staging_bytes)
+		r = dormant_options_set_int(dopts, "staging_bytes", (long long)o->staging_bytes);
+	if (r == 0 && o->devices > 1)
+		r = dormant_options_set_int(dopts, "host_devices", (long long)o->devices);
+	if (r == 0 && o->verbose)
+		r = dormant_options_set_log(dopts, log_to_stderr, NULL);
+	if (r == 0)
+		r = dormant_new(dopts, &b->m);
+	dormant_options_destroy(dopts);
+	if (r < 0)
 		return bench_fail_lib("creating the manager");
 	if (dormant_set_policy(b->m, KEEP_TAG, DORMANT_KEEP) < 0 ||
 	    dormant_set_policy(b->m, DISCARD_TAG, DORMANT_DISCARD) < 0)

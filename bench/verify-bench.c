@@ -208,7 +208,7 @@ static int parse(int argc, char **argv, struct options *o)
 int main(int argc, char **argv)
 {
 	struct options o;
-	struct dormant_options mo = { 0 };
+	struct dormant_options *mo = NULL;
 	struct dormant *m = NULL;
 	struct dormant_report rep;
 	double wake_on[CYCLES_MAX], wake_off[CYCLES_MAX], frozen_sleep[CYCLES_MAX],
@@ -223,11 +223,20 @@ int main(int argc, char **argv)
 
 	if (parse(argc, argv, &o) < 0)
 		return 2;
-	mo.backend = o.backend;
-	mo.host_mode = DORMANT_HOST_RETAIN;
-	mo.chunk_bytes = o.chunk;
-	if (dormant_new(&mo, &m) < 0)
-		return fail("dormant_new");
+	/* a flag left out (NULL, 0) leaves the option to its default */
+	rc = dormant_options_new(&mo);
+	if (rc == 0 && o.backend)
+		rc = dormant_options_set(mo, "backend", o.backend);
+	if (rc == 0)
+		rc = dormant_options_set(mo, "host_mode", "retain");
+	if (rc == 0 && o.chunk)
+		rc = dormant_options_set_int(mo, "chunk_bytes", (long long)o.chunk);
+	if (rc == 0)
+		rc = dormant_new(mo, &m);
+	dormant_options_destroy(mo);
+	rc = rc < 0 ? fail("dormant_new") : 1;
+	if (!m)
+		return rc;
 	buf = malloc(FILL_PIECE);
 	if (!buf || dormant_alloc(m, "frozen", o.frozen, (void **)&frozen) < 0 ||
 	    dormant_alloc(m, "trained", o.trained, (void **)&trained) < 0) {

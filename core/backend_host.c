@@ -876,18 +876,13 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	size_t capacity = config->host_device_bytes;
 	const char *env;
 
-	if (devices == 0 && (env = getenv("DORMANT_HOST_DEVICES")) && *env)
-		devices = atoi(env);
+	/* $DORMANT_HOST_DEVICES and $DORMANT_HOST_DEVICE_BYTES are read with
+	 * the other options (options.c); 0 here is for direct callers (bench). */
 	if (devices == 0)
 		devices = 1;
 	if (devices < 0 || devices > DORMANT_DEVICES_MAX)
 		return error_set(-EINVAL, "the host backend simulates 1 to %d devices, not %d",
 				 DORMANT_DEVICES_MAX, devices);
-	if (capacity == 0 && (env = getenv("DORMANT_HOST_DEVICE_BYTES")) && *env) {
-		int r = size_parse(env, &capacity);
-		if (r < 0)
-			return error_prefix(r, "DORMANT_HOST_DEVICE_BYTES");
-	}
 	if (capacity == 0)
 		capacity = 64 * GiB;
 

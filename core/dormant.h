@@ -92,46 +92,108 @@ enum dormant_log_level {
 typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message,
 			       void *userdata);
 
-/*
- * Options for dormant_new(). A zeroed struct means "all defaults"; each field
- * documents its default and the environment variable consulted when it is
- * left zero.
- */
-struct dormant_options {
-	/* "auto" (cuda when a device is usable, else host), "cuda" or "host".
-	 * NULL: $DORMANT_BACKEND, else "auto". */
-	const char *backend;
-	/* See enum dormant_host_mode. */
-	enum dormant_host_mode host_mode;
-	/* Largest physical chunk backing an allocation, rounded up to the
-	 * device granularity. 0: $DORMANT_CHUNK_BYTES, else 1 GiB. */
-	size_t chunk_bytes;
-	/* How long a sleep waits for running training steps (the guard) to
-	 * leave before failing with -EBUSY. 0: 30000; negative: forever. */
-	int guard_timeout_ms;
-	/* Host threads that fault in fresh host copies (and do the host side of
-	 * unpinned copies). 0: min(online CPUs, 8): on the H200 machine 8
-	 * faulted in faster than 16. */
-	unsigned copy_threads;
-	/* Pinned staging ring for host copies that stay unpinned (pinning
-	 * failed, or $DORMANT_PIN_HOST=0); allocated only then. 0: 256 MiB. */
-	size_t staging_bytes;
-	/* Host backend only: number of simulated devices.
-	 * 0: $DORMANT_HOST_DEVICES, else 1. */
-	int host_devices;
-	/* Host backend only: simulated memory of each device.
-	 * 0: $DORMANT_HOST_DEVICE_BYTES, else 64 GiB. */
-	size_t host_device_bytes;
-	/* Optional log sink; NULL: the library logs nothing. */
-	dormant_log_fn log_fn;
-	void *log_userdata;
-};
+/* ---- Options ------------------------------------------------------------ */
 
 /*
- * Create a manager. opts may be NULL (all defaults). The backend is chosen
- * here; with "auto" and no usable CUDA driver the host backend is used.
- * Returns -EINVAL for bad options, -ENODEV when "cuda" is asked for and no
- * CUDA device is usable, -ENOMEM.
+ * Options for dormant_new(): an object the library allocates and owns the
+ * layout of, so that options can be added without breaking a program built
+ * before (see "ABI" in docs/design.md). Each option has a name, a type, a
+ * default and often an environment variable; an option left unset takes the
+ * environment variable when it is set and non-empty (read by dormant_new()),
+ * else the default. The options (the table itself is in core/options.c;
+ * tests/ci checks that this list names every one):
+ *
+ *   backend            auto|cuda|host  $DORMANT_BACKEND    auto: cuda when a
+ *                      device is usable, else host
+ *   host_mode          retain|release  $DORMANT_HOST_MODE  release (enum
+ *                      dormant_host_mode)
+ *   chunk_bytes        size   $DORMANT_CHUNK_BYTES  1GiB: largest physical
+ *                      chunk of an allocation (rounded up to the granularity)
+ *   guard_timeout_ms   int    30000: how long a sleep waits for training steps
+ *                      to leave the guard (negative: forever; 0: not at all)
+ *   copy_threads       int    min(online CPUs, 8), at most 256
+ *   staging_bytes      size   256MiB: pinned staging ring for unpinned copies
+ *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
+ *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
+ *   host_devices       int    $DORMANT_HOST_DEVICES  1 (host backend only)
+ *   host_device_bytes  size   $DORMANT_HOST_DEVICE_BYTES  64GiB (host backend)
+ *   verify             bool   $DORMANT_VERIFY  true: check restored chunks
+ *                      after a wake (dormant_set_verify())
+ *   skip_unchanged     bool   $DORMANT_SKIP_UNCHANGED  true (retain mode)
+ *   parallel_devices   bool   $DORMANT_PARALLEL_DEVICES  true
+ *   wake_overlap       bool   $DORMANT_WAKE_OVERLAP  true: map ahead of copies
+ *   wake_map_threads   int    $DORMANT_WAKE_MAP_THREADS  1 (1 to 8)
+ *
+ * dormant_option_name() and friends list them at run time with their docs
+ * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
+ * "256MiB", "1GiB" (also K, M, G, T, TiB; KB, MB, GB, TB are powers of ten).
+ * Booleans are "true"/"false" (also 1/0, yes/no, on/off).
+ *
+ * An options object is not thread-safe: do not change one while another
+ * thread uses it. dormant_new() copies what it needs, so the object may be
+ * destroyed right after.
+ */
+struct dormant_options;
+
+/* Create an options object with every option unset. -EINVAL (ret NULL),
+ * -ENOMEM. The caller owns *ret and frees it with dormant_options_destroy(). */
+DORMANT_EXPORT int dormant_options_new(struct dormant_options **ret);
+
+/* Free an options object. Accepts NULL. */
+DORMANT_EXPORT void dormant_options_destroy(struct dormant_options *o);
+
+/*
+ * Set option name to value, given as text (the same text its environment
+ * variable takes). value NULL unsets it (the environment, then the default,
+ * apply again). Returns -EINVAL for an unknown name or a bad value (the
+ * message names both); the option is then unchanged. -ENOMEM.
+ */
+DORMANT_EXPORT int dormant_options_set(struct dormant_options *o, const char *name,
+				       const char *value);
+
+/* As dormant_options_set() with a number, for int, size and bool options
+ * (bool: 0 is false, anything else true). -EINVAL for other types too. */
+DORMANT_EXPORT int dormant_options_set_int(struct dormant_options *o, const char *name,
+					   long long value);
+
+/*
+ * Set several options from text: "name=value" pairs separated by commas or
+ * white space, e.g. "backend=host,chunk_bytes=64MiB" (what `dormantd
+ * --option` takes). All or nothing: -EINVAL for the first bad pair (the
+ * message names it) leaves o unchanged. -ENOMEM.
+ */
+DORMANT_EXPORT int dormant_options_parse(struct dormant_options *o, const char *text);
+
+/* Set the log sink (NULL: the library logs nothing, the default). fn may be
+ * called from any thread, including the library's own worker threads. */
+DORMANT_EXPORT int dormant_options_set_log(struct dormant_options *o, dormant_log_fn fn,
+					   void *userdata);
+
+/*
+ * The options known to this library, for documentation and bindings: i runs
+ * from 0 until dormant_option_name() returns NULL. Each returns a static
+ * string, or NULL for i out of range:
+ *  - name: what dormant_options_set() takes;
+ *  - type: "enum", "size", "int" or "bool" (more types may come);
+ *  - values: an enum's values as "a|b|c" (NULL for other types);
+ *  - default: the default in words (a value, or how it is computed);
+ *  - env: the environment variable consulted, NULL if none;
+ *  - doc: one line saying what it does.
+ * Never fail.
+ */
+DORMANT_EXPORT const char *dormant_option_name(size_t i);
+DORMANT_EXPORT const char *dormant_option_type(size_t i);
+DORMANT_EXPORT const char *dormant_option_values(size_t i);
+DORMANT_EXPORT const char *dormant_option_default(size_t i);
+DORMANT_EXPORT const char *dormant_option_env(size_t i);
+DORMANT_EXPORT const char *dormant_option_doc(size_t i);
+
+/*
+ * Create a manager. opts may be NULL (every option unset: environment
+ * variables and defaults apply); it is not kept. The backend is chosen here;
+ * with "auto" and no usable CUDA driver the host backend is used.
+ * Returns -EINVAL for a bad environment variable (the message names it),
+ * -ENODEV when "cuda" is asked for and no CUDA device is usable, -ENOMEM.
  * The caller owns *ret and frees it with dormant_destroy().
  */
 DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dormant **ret);
@@ -142,6 +204,17 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
  * transition still running must have returned first.
  */
 DORMANT_EXPORT void dormant_destroy(struct dormant *m);
+
+/*
+ * The value option name has in m, whether set, from the environment or the
+ * default, as text that dormant_options_set() takes (sizes in bytes,
+ * copy_threads as computed; backend as asked for, "auto" too:
+ * dormant_backend_name() says which runs), into buf. Returns its length,
+ * -EINVAL for an unknown name, -ENOSPC if buf is too small (64 bytes are
+ * enough for every option today).
+ */
+DORMANT_EXPORT int dormant_option_value(const struct dormant *m, const char *name, char *buf,
+					size_t size);
 
 /* The backend in use: "cuda" or "host". Never fails; the string is static. */
 DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m);

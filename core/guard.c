@@ -41,7 +41,7 @@ int guard_close(struct dormant *m, double *ret_waited_s)
 
 	pthread_mutex_lock(&m->lock);
 	m->gate_hold = true;
-	if (m->guard_timeout_ms > 0)
+	if (m->guard_timeout_ms >= 0)
 		deadline_after(&deadline, m->guard_timeout_ms);
 	while (m->steps_running > 0 && r == 0) {
 		if (m->guard_timeout_ms < 0)

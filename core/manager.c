@@ -8,11 +8,7 @@
 #include <unistd.h>
 
 #include "manager.h"
-
-#define DEFAULT_CHUNK_BYTES GiB
-#define DEFAULT_GUARD_TIMEOUT_MS 30000
-#define DEFAULT_STAGING_BYTES (256 * MiB)
-#define MIN_STAGING_BYTES (ENGINE_STAGING_SLOTS * 2 * MiB)
+#include "options.h"
 
 static void alloc_release(struct dormant *m, struct alloc *a);
 
@@ -80,99 +76,32 @@ DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_polic
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-static int options_resolve(const struct dormant_options *opts, struct dormant_options *ret)
-{
-	struct dormant_options o = { 0 };
-	const char *env;
-	int r;
-
-	if (opts)
-		o = *opts;
-	if (!o.backend)
-		o.backend = (env = getenv("DORMANT_BACKEND")) && *env ? env : "auto";
-	if (o.host_mode == DORMANT_HOST_DEFAULT) {
-		env = getenv("DORMANT_HOST_MODE");
-		if (!env || !*env || strcmp(env, "release") == 0)
-			o.host_mode = DORMANT_HOST_RELEASE;
-		else if (strcmp(env, "retain") == 0)
-			o.host_mode = DORMANT_HOST_RETAIN;
-		else
-			return error_set(-EINVAL,
-					 "DORMANT_HOST_MODE must be \"retain\" or \"release\", not \"%s\"",
-					 env);
-	}
-	if (o.host_mode != DORMANT_HOST_RETAIN && o.host_mode != DORMANT_HOST_RELEASE)
-		return error_set(-EINVAL, "unknown host memory mode %d", (int)o.host_mode);
-	if (o.chunk_bytes == 0 && (env = getenv("DORMANT_CHUNK_BYTES")) && *env) {
-		r = size_parse(env, &o.chunk_bytes);
-		if (r < 0)
-			return error_prefix(r, "DORMANT_CHUNK_BYTES");
-	}
-	if (o.chunk_bytes == 0)
-		o.chunk_bytes = DEFAULT_CHUNK_BYTES;
-	if (o.guard_timeout_ms == 0)
-		o.guard_timeout_ms = DEFAULT_GUARD_TIMEOUT_MS;
-	if (o.copy_threads == 0) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		o.copy_threads = (unsigned)MAX(1L, MIN(cpus, 8L));
-	}
-	if (o.copy_threads > 256)
-		return error_set(-EINVAL, "copy_threads must be at most 256");
-	if (o.staging_bytes == 0)
-		o.staging_bytes = DEFAULT_STAGING_BYTES;
-	if (o.staging_bytes < MIN_STAGING_BYTES)
-		return error_set(-EINVAL, "staging_bytes must be at least %zu", MIN_STAGING_BYTES);
-	*ret = o;
-	return 0;
-}
-
 DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dormant **ret)
 {
 	struct backend_config config = { 0 };
-	struct dormant_options o = { 0 };
-	size_t pin_piece = HOSTBUF_PIN_PIECE;
-	bool pin_host = true, wake_overlap = true;
-	unsigned map_threads = 1;
+	struct dormant_options o;
 	pthread_condattr_t attr;
 	struct dormant *m;
-	const char *env;
 	int r;
 
 	if (!ret)
 		return error_set(-EINVAL, "ret is NULL");
+	/* options.c: what opts set, else the environment, else the defaults */
 	r = options_resolve(opts, &o);
 	if (r < 0)
 		return r;
-	/* A tuning knob, and lets tests split copies without gigabytes. */
-	if ((env = getenv("DORMANT_PIN_PIECE_BYTES")) && *env) {
-		r = size_parse(env, &pin_piece);
-		if (r < 0)
-			return error_prefix(r, "DORMANT_PIN_PIECE_BYTES");
-		if (pin_piece == 0 || pin_piece % 4096)
-			return error_set(-EINVAL, "DORMANT_PIN_PIECE_BYTES must be a multiple of 4096");
-	}
-	/* Leave host copies unpinned (through the staging ring), e.g. where
-	 * pinned memory is scarce. */
-	if ((env = getenv("DORMANT_PIN_HOST")) && strcmp(env, "0") == 0)
-		pin_host = false;
-	/* The wake's order before the mapper (map all, then copy), to compare. */
-	if ((env = getenv("DORMANT_WAKE_OVERLAP")) && strcmp(env, "0") == 0)
-		wake_overlap = false;
-	if ((env = getenv("DORMANT_WAKE_MAP_THREADS")) && *env) {
-		char *end;
-		unsigned long n = strtoul(env, &end, 10);
-
-		if (*end || n < 1 || n > 8)
-			return error_set(-EINVAL, "DORMANT_WAKE_MAP_THREADS must be 1 to 8, not \"%s\"",
-					 env);
-		map_threads = (unsigned)n;
+	if (o.copy_threads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		o.copy_threads = (int)MAX(1L, MIN(cpus, 8L));
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
+	m->options = o;
 	m->log.fn = o.log_fn;
 	m->log.userdata = o.log_userdata;
-	m->host_mode = o.host_mode;
+	m->host_mode = strcmp(o.host_mode, "retain") == 0 ? DORMANT_HOST_RETAIN
+							   : DORMANT_HOST_RELEASE;
 	m->chunk_bytes = o.chunk_bytes;
 	m->guard_timeout_ms = o.guard_timeout_ms;
 	m->healthy = true;
@@ -189,25 +118,24 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	r = backend_new(&config, &m->backend);
 	if (r < 0)
 		goto err_free;
-	r = workers_new(o.copy_threads, &m->workers);
+	r = workers_new((unsigned)o.copy_threads, &m->workers);
 	if (r < 0) {
 		error_set(r, "starting copy threads");
 		goto err_backend;
 	}
 	engine_init(&m->engine, m->backend, m->workers, &m->log, m->host_mode, o.staging_bytes,
-		    pin_piece, pin_host);
-	/* Devices are driven at once; 0 drives them one after another (to
-	 * measure what the parallel transition gains). */
-	if ((env = getenv("DORMANT_PARALLEL_DEVICES")) && strcmp(env, "0") == 0)
-		m->engine.serial_devices = true;
-	/* verification after wake: on unless $DORMANT_VERIFY=0 */
-	env = getenv("DORMANT_VERIFY");
-	atomic_store(&m->engine.verify, !(env && strcmp(env, "0") == 0));
-	/* retain mode's skip of unchanged chunks: on unless $DORMANT_SKIP_UNCHANGED=0 */
-	env = getenv("DORMANT_SKIP_UNCHANGED");
-	m->engine.skip_unchanged = !(env && strcmp(env, "0") == 0);
-	m->engine.wake_overlap = wake_overlap;
-	m->engine.map_threads = map_threads;
+		    o.pin_piece_bytes, o.pin_host);
+	/* Devices are driven at once; parallel_devices=false drives them one
+	 * after another (to measure what the parallel transition gains). */
+	m->engine.serial_devices = !o.parallel_devices;
+	/* verification after wake (dormant_set_verify() changes it later) */
+	atomic_store(&m->engine.verify, o.verify);
+	/* retain mode's skip of unchanged chunks */
+	m->engine.skip_unchanged = o.skip_unchanged;
+	/* the wake's order: map ahead of the copies (false: map all, then copy,
+	 * as before the mapper, to compare), on how many threads */
+	m->engine.wake_overlap = o.wake_overlap;
+	m->engine.map_threads = (unsigned)o.wake_map_threads;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -245,6 +173,14 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 	pthread_cond_destroy(&m->guard_cond);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
+}
+
+DORMANT_EXPORT int dormant_option_value(const struct dormant *m, const char *name, char *buf,
+					size_t size)
+{
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	return options_format(&m->options, name, buf, size);
 }
 
 DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m)

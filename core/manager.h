@@ -12,6 +12,7 @@
 #include "dormant.h"
 #include "extent.h"
 #include "hostbuf.h"
+#include "options.h"
 #include "slab.h"
 #include "transfer.h"
 #include "workers.h"
@@ -101,6 +102,7 @@ struct dormant {
 	size_t chunk_bytes;
 	int guard_timeout_ms;
 	size_t granularity[DORMANT_DEVICES_MAX]; /* 0 until first asked */
+	struct dormant_options options; /* as resolved by dormant_new(): read only */
 
 	pthread_mutex_t lock; /* everything below */
 	pthread_cond_t guard_cond;

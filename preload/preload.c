@@ -309,7 +309,7 @@ static void start_locked(void)
 	const char *on = getenv("DORMANT_PRELOAD");
 	const char *listen = getenv("DORMANT_LISTEN");
 	const char *port_file = getenv("DORMANT_PORT_FILE");
-	struct dormant_options opts = { 0 };
+	struct dormant_options *opts = NULL;
 	struct dormant_server_options server_opts = { 0 };
 	struct dormant_server *server = NULL;
 	struct dormant *m = NULL;
@@ -325,8 +325,12 @@ static void start_locked(void)
 		refuse_locked("%s", why);
 		return;
 	}
-	opts.log_fn = manager_log;
-	r = dormant_new(&opts, &m);
+	r = dormant_options_new(&opts);
+	if (r == 0)
+		r = dormant_options_set_log(opts, manager_log, NULL);
+	if (r == 0)
+		r = dormant_new(opts, &m);
+	dormant_options_destroy(opts);
 	if (r < 0) {
 		refuse_locked("creating the dormant manager: %s", dormant_last_error());
 		return;

@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "common.h"
 
 static bool is_space(char c)
 {

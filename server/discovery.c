@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "common.h"
 
 static atomic_uint serial;
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "faults.h"
-#include "util.h"
+#include "common.h"
 
 static const struct {
 	const char *name;

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "util.h"
+#include "common.h"
 
 static void sleep_route(struct api_context *ctx, const struct api_request *req,
 			struct api_response *resp)

@@ -47,7 +47,7 @@
 #include "dormant-server.h"
 #include "faults.h"
 #include "routes.h"
-#include "util.h"
+#include "common.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8787"
 #define DEFAULT_THREADS 4

@@ -37,6 +37,7 @@
 #define MAX_CONNECTIONS 65536
 #define MAX_TIMEOUT_S 86400
 #define FAULTS_MAX 512 /* bytes of --fault rules, joined with commas */
+#define OPTIONS_MAX 1024 /* bytes of --option pairs, joined with commas */
 
 struct config {
 	const char *listen;
@@ -62,6 +63,7 @@ struct config {
 	unsigned connection_timeout_s;
 	unsigned request_timeout_s;
 	char faults[FAULTS_MAX]; /* "" if no --fault */
+	char options[OPTIONS_MAX]; /* "" if no --option */
 };
 
 struct demo {
@@ -151,14 +153,45 @@ static void usage(FILE *f)
 	      "                        in DIR (default: $DORMANT_RUNTIME_DIR, else\n"
 	      "                        $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID)\n"
 	      "  --role NAME           the role in the record (default: $DORMANT_ROLE)\n"
+	      "  --option NAME=VALUE   set a manager option (listed below; after --backend\n"
+	      "                        and --host-mode); may be given many times\n"
 	      "  -h, --help            show this and exit\n"
 	      "  -V, --version         print the version and exit\n"
 	      "\n"
 	      "SIZE is a number with an optional suffix: K, M, G, T (powers of 1024, also\n"
 	      "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000). Sizes that do not fit\n"
 	      "in device 0's free memory, or whose host copy does not fit in the host's\n"
-	      "available memory, are refused before anything is allocated (exit status 2).\n",
+	      "available memory, are refused before anything is allocated (exit status 2).\n"
+	      "\n"
+	      "Manager options (--option NAME=VALUE; the environment variable applies when\n"
+	      "the option is not given):\n",
 	      f);
+	/* the library's own table (core/options.c) */
+	for (size_t i = 0; dormant_option_name(i); i++) {
+		const char *values = dormant_option_values(i);
+		const char *env = dormant_option_env(i);
+		const char *doc = dormant_option_doc(i);
+
+		fprintf(f, "  %-18s %s, default %s%s%s\n", dormant_option_name(i),
+			values ? values : dormant_option_type(i), dormant_option_default(i),
+			env ? ", $" : "", env ? env : "");
+		/* the doc line, wrapped at 78 columns under a 4-space indent */
+		while (*doc) {
+			int n = (int)strlen(doc);
+
+			if (n > 74) {
+				n = 74;
+				while (n > 0 && doc[n] != ' ')
+					n--;
+				if (n == 0)
+					n = 74;
+			}
+			fprintf(f, "    %.*s\n", n, doc);
+			doc += n;
+			while (*doc == ' ')
+				doc++;
+		}
+	}
 }
 
 /* ---- flags --------------------------------------------------------------- */
@@ -240,7 +273,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
 		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
-		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE,
+		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE, OPT_OPTION,
 	};
 	static const struct option options[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -263,6 +296,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "fault", required_argument, NULL, OPT_FAULT },
 		{ "publish", optional_argument, NULL, OPT_PUBLISH },
 		{ "role", required_argument, NULL, OPT_ROLE },
+		{ "option", required_argument, NULL, OPT_OPTION },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -363,6 +397,27 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			snprintf(c->faults + used, sizeof(c->faults) - used, "%s%s",
 				 used ? "," : "", optarg);
 			faults++;
+			break;
+		}
+		case OPT_OPTION: {
+			size_t used = strlen(c->options);
+			struct dormant_options *check = NULL;
+			int r = dormant_options_new(&check);
+
+			/* checked here, before anything starts */
+			if (r == 0)
+				r = dormant_options_parse(check, optarg);
+			dormant_options_destroy(check);
+			if (r < 0) {
+				warn("--option: %s", dormant_last_error());
+				return -EINVAL;
+			}
+			if (used + strlen(optarg) + 2 > sizeof(c->options)) {
+				warn("--option: at most %d bytes of options in all", OPTIONS_MAX - 1);
+				return -EINVAL;
+			}
+			snprintf(c->options + used, sizeof(c->options) - used, "%s%s",
+				 used ? "," : "", optarg);
 			break;
 		}
 		case OPT_QUIET:
@@ -678,15 +733,23 @@ static int sizes_check(struct demo *d);
 
 static int demo_setup(struct demo *d)
 {
-	struct dormant_options options = {
-		.backend = d->config.backend,
-		.host_mode = d->config.host_mode,
-		.log_fn = on_log,
-		.log_userdata = &d->config,
-	};
+	struct dormant_options *options = NULL;
+	enum dormant_host_mode mode = d->config.host_mode;
 	int r;
 
-	r = dormant_new(&options, &d->m);
+	/* --option comes last: it may override --backend and --host-mode */
+	r = dormant_options_new(&options);
+	if (r == 0)
+		r = dormant_options_set(options, "backend", d->config.backend);
+	if (r == 0 && mode != DORMANT_HOST_DEFAULT)
+		r = dormant_options_set(options, "host_mode", dormant_host_mode_name(mode));
+	if (r == 0)
+		r = dormant_options_parse(options, d->config.options);
+	if (r == 0)
+		r = dormant_options_set_log(options, on_log, &d->config);
+	if (r == 0)
+		r = dormant_new(options, &d->m);
+	dormant_options_destroy(options);
 	if (r < 0) {
 		warn("starting the manager: %s", dormant_last_error());
 		return r;

@@ -9,7 +9,7 @@ The library is looked for, in this order:
      (<repo>/build/libdormant.so);
   4. the library folder recorded at installation (dormant/_paths.py,
      written by meson install);
-  5. the system loader (libdormant.so.0, then libdormant.so).
+  5. the system loader (libdormant.so.1, then libdormant.so).
 Under whole-process capture (libdormant-preload.so, see dormant.preload) the
 libdormant the shim already loaded comes before all of these: a second copy
 would have a manager registry of its own.
@@ -24,15 +24,14 @@ import threading
 from .errors import LibraryNotFoundError, UnsupportedError
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
-SONAMES = ("libdormant.so.0", "libdormant.so")
+SONAMES = ("libdormant.so.1", "libdormant.so")  # abi_major in meson.build
 
 c_int, c_uint, c_size_t, c_bool = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_bool
 c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64
 
-# enum dormant_policy / dormant_host_mode / dormant_hook_point / dormant_fault_op
+# enum dormant_policy / dormant_hook_point / dormant_fault_op
 POLICIES = {"keep": 0, "discard": 1, "rebuild": 2}
 POLICY_TAG = -1  # DORMANT_POLICY_TAG: an allocation that follows its tag's policy
-HOST_MODES = {None: 0, "retain": 1, "release": 2}
 HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3}
 FAULT_OPS = {"create": 0, "map": 1, "copy": 2, "host_alloc": 3}
 LOG_LEVELS = {0: "error", 1: "warning", 2: "info", 3: "debug"}
@@ -42,22 +41,6 @@ LOG_FN = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
 HOOK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int, c_void_p)
 EXTRA_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
 REBUILD_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p)  # dormant_rebuild_fn
-
-
-class Options(ctypes.Structure):
-    """struct dormant_options (core/dormant.h)."""
-    _fields_ = [
-        ("backend", c_char_p),
-        ("host_mode", c_int),
-        ("chunk_bytes", c_size_t),
-        ("guard_timeout_ms", c_int),
-        ("copy_threads", c_uint),
-        ("staging_bytes", c_size_t),
-        ("host_devices", c_int),
-        ("host_device_bytes", c_size_t),
-        ("log_fn", LOG_FN),
-        ("log_userdata", c_void_p),
-    ]
 
 
 class ServerOptions(ctypes.Structure):
@@ -85,7 +68,20 @@ class ServerOptions(ctypes.Structure):
 # name: (restype, argtypes). Functions missing from the loaded library are
 # left out and reported by Library.need() when used.
 _PROTOTYPES = {
-    "dormant_new": (c_int, [ctypes.POINTER(Options), ctypes.POINTER(c_void_p)]),
+    # struct dormant_options is opaque: its names, types and defaults are the
+    # library's own table (core/options.c), listed by dormant_option_*().
+    "dormant_options_new": (c_int, [ctypes.POINTER(c_void_p)]),
+    "dormant_options_destroy": (None, [c_void_p]),
+    "dormant_options_set": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "dormant_options_set_log": (c_int, [c_void_p, LOG_FN, c_void_p]),
+    "dormant_option_name": (c_char_p, [c_size_t]),
+    "dormant_option_type": (c_char_p, [c_size_t]),
+    "dormant_option_values": (c_char_p, [c_size_t]),
+    "dormant_option_default": (c_char_p, [c_size_t]),
+    "dormant_option_env": (c_char_p, [c_size_t]),
+    "dormant_option_doc": (c_char_p, [c_size_t]),
+    "dormant_option_value": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
+    "dormant_new": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
     "dormant_destroy": (None, [c_void_p]),
     "dormant_backend_name": (c_char_p, [c_void_p]),
     "dormant_host_mode": (c_int, [c_void_p]),
@@ -185,6 +181,29 @@ class Library:
                 f"{what} needs {name}(), which the libdormant at {self.path} does not "
                 f"export (built without it, or older than this package)", 38)  # ENOSYS
         return getattr(self, name)
+
+    def options(self):
+        """The manager options this library knows (dormant_option_*()), as a
+        list of dicts: name, type, values (enum: a list, else None), default,
+        env (None if none) and doc."""
+        if not self.has("dormant_option_name"):
+            return []
+        def text(fn, i):
+            value = fn(i)
+            return value.decode("utf-8") if value is not None else None
+
+        out = []
+        i = 0
+        while self.dormant_option_name(i) is not None:
+            values = text(self.dormant_option_values, i)
+            out.append({"name": text(self.dormant_option_name, i),
+                        "type": text(self.dormant_option_type, i),
+                        "values": values.split("|") if values else None,
+                        "default": text(self.dormant_option_default, i),
+                        "env": text(self.dormant_option_env, i),
+                        "doc": text(self.dormant_option_doc, i)})
+            i += 1
+        return out
 
     def last_error(self):
         msg = self.dormant_last_error()

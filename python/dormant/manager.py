@@ -44,6 +44,41 @@ def _tag_array(tags):
     return array, encoded  # keep the bytes alive as long as the array
 
 
+# Before the options were set by name (struct dormant_options had a field
+# each, 0 meaning "the default"), Manager took these with 0 as the default;
+# it keeps that meaning for its callers.
+_ZERO_IS_DEFAULT = frozenset({"chunk_bytes", "guard_timeout_ms", "copy_threads",
+                              "staging_bytes", "host_devices", "host_device_bytes"})
+
+
+def _option_text(name, value):
+    """An option's value as the text dormant_options_set() takes, or None to
+    leave the option unset. Whether the name exists and the value fits is for
+    the library to say."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if value == 0 and name in _ZERO_IS_DEFAULT:
+            return None
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, str):
+        return value
+    raise InvalidArgumentError(
+        f"option {name}: a str, int or bool, not {type(value).__name__}", errno.EINVAL)
+
+
+def options():
+    """The manager options that Manager(**options) takes, from the loaded
+    library's table: a list of dicts with name, type ("enum", "size", "int",
+    "bool", "string"), values (an enum's, else None), default, env (its
+    environment variable, or None) and doc."""
+    return _library.get().options()
+
+
 def _policy_value(policy):
     if isinstance(policy, str) and policy in _library.POLICIES:
         return _library.POLICIES[policy]
@@ -96,12 +131,19 @@ class Server:
 class Manager:
     """A dormant manager: tags of device memory that sleep and wake.
 
-    Options (all optional; left out, the library's defaults and environment
-    variables apply: $DORMANT_BACKEND, $DORMANT_HOST_MODE, ...):
-        backend: "auto", "cuda" or "host".
-        host_mode: "retain" or "release".
-        chunk_bytes, guard_timeout_ms, copy_threads, staging_bytes,
-        host_devices, host_device_bytes: as in struct dormant_options.
+    Options (all optional): every manager option of the library, by its
+    name, e.g. backend="host", host_mode="retain", chunk_bytes="64MiB" or
+    chunk_bytes=64 << 20, pin_host=False. dormant.options() lists them with
+    their types, defaults, environment variables and docs: the library's own
+    table (core/options.c) decides which names exist and what values they
+    take, and a bad name or value raises InvalidArgumentError (a ValueError)
+    naming both. Left out or None, an option takes its environment variable
+    ($DORMANT_BACKEND, $DORMANT_HOST_MODE, ...), else its default. Values are
+    str (as the environment variable takes them), int or bool. For the
+    numeric options of earlier versions (chunk_bytes, guard_timeout_ms,
+    copy_threads, staging_bytes, host_devices, host_device_bytes) 0 still
+    means "the default"; guard_timeout_ms="0" means "do not wait".
+    And three of Python's own:
         log: None (the library logs nothing), True (to the "dormant" logger)
             or a callable(level, message) with level "error", "warning",
             "info" or "debug". It is called from library threads; keep it
@@ -124,31 +166,30 @@ class Manager:
     HTTP server thread.
     """
 
-    def __init__(self, *, backend=None, host_mode=None, chunk_bytes=0, guard_timeout_ms=0,
-                 copy_threads=0, staging_bytes=0, host_devices=0, host_device_bytes=0,
-                 log=None, mark_free_blocks=True, empty_cache_on_sleep=None):
+    def __init__(self, *, log=None, mark_free_blocks=True, empty_cache_on_sleep=None, **options):
         self._init_state()
         self.mark_free_blocks = bool(mark_free_blocks)
         if empty_cache_on_sleep is not None:
             self.empty_cache_on_sleep = bool(empty_cache_on_sleep)
-        if host_mode not in _library.HOST_MODES:
-            raise InvalidArgumentError(
-                f'host_mode must be "retain", "release" or None, not {host_mode!r}', errno.EINVAL)
-        opts = _library.Options()
-        self._backend_arg = backend.encode() if isinstance(backend, str) else backend
-        opts.backend = self._backend_arg
-        opts.host_mode = _library.HOST_MODES[host_mode]
-        opts.chunk_bytes = chunk_bytes
-        opts.guard_timeout_ms = guard_timeout_ms
-        opts.copy_threads = copy_threads
-        opts.staging_bytes = staging_bytes
-        opts.host_devices = host_devices
-        opts.host_device_bytes = host_device_bytes
+        texts = [(name, _option_text(name, value)) for name, value in options.items()]
         self._log_callback = self._make_log_callback(log)
-        if self._log_callback is not None:
-            opts.log_fn = self._log_callback
-        handle = c_void_p()
-        self._check(self._lib.dormant_new(ctypes.byref(opts), ctypes.byref(handle)))
+        lib = self._lib
+        opts = c_void_p()
+        self._check(lib.dormant_options_new(ctypes.byref(opts)))
+        try:
+            for name, text in texts:
+                if text is None:
+                    continue
+                result = lib.dormant_options_set(opts, name.encode("utf-8"), text.encode("utf-8"))
+                if result < 0:
+                    known = ", ".join(o["name"] for o in lib.options())
+                    raise error_from(result, f"Manager(): {lib.last_error()} (options: {known})")
+            if self._log_callback is not None:
+                self._check(lib.dormant_options_set_log(opts, self._log_callback, None))
+            handle = c_void_p()
+            self._check(lib.dormant_new(opts, ctypes.byref(handle)))
+        finally:
+            lib.dormant_options_destroy(opts)
         self._m = handle
         _live_managers.add(self)
 
@@ -267,6 +308,15 @@ class Manager:
     def backend(self):
         """"cuda" or "host"."""
         return self._lib.dormant_backend_name(self._handle()).decode()
+
+    def option(self, name):
+        """The value option name has in this manager (set, from the
+        environment or the default) as text: sizes in bytes ("1073741824"),
+        booleans "true"/"false". InvalidArgumentError for an unknown name."""
+        buf = ctypes.create_string_buffer(128)
+        self._check(self._lib.need("dormant_option_value", "Manager.option()")(
+            self._handle(), name.encode("utf-8"), buf, len(buf)))
+        return buf.value.decode("utf-8")
 
     @property
     def host_mode(self):

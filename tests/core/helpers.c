@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,20 +23,32 @@ bool on_host(struct dormant *m)
 	return strcmp(dormant_backend_name(m), "host") == 0;
 }
 
-struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
+struct dormant *manager_from(const char *fmt, ...)
 {
-	struct dormant_options o = {
-		.host_mode = mode,
-		.chunk_bytes = chunk_bytes,
-		.staging_bytes = 8 * MiB, /* 2 MiB slots: several pieces per chunk */
-		.guard_timeout_ms = 5000,
-		.copy_threads = 2,
-	};
+	struct dormant_options *o = NULL;
 	struct dormant *m = NULL;
-	int r = dormant_new(&o, &m);
+	char text[512];
+	va_list ap;
+	int r;
 
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(dormant_options_new(&o), 0);
+	r = dormant_options_parse(o, text);
+	cr_assert_eq(r, 0, "options \"%s\": %s", text, dormant_last_error());
+	r = dormant_new(o, &m);
+	dormant_options_destroy(o);
 	cr_assert_eq(r, 0, "dormant_new: %s", dormant_last_error());
 	return m;
+}
+
+struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
+{
+	/* 8 MiB of staging: 2 MiB slots, several pieces per chunk */
+	return manager_from("host_mode=%s,chunk_bytes=%zu,staging_bytes=8MiB,guard_timeout_ms=5000,"
+			    "copy_threads=2",
+			    mode == DORMANT_HOST_RETAIN ? "retain" : "release", chunk_bytes);
 }
 
 struct dormant *manager(void)

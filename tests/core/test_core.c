@@ -364,14 +364,21 @@ Test(errors, bad_input_is_refused_with_a_message)
 {
 	static const char *const unknown[] = { "nope", NULL };
 	static const char *const bad_name[] = { "a b", NULL };
-	struct dormant_options bad = { .backend = "tpu" };
+	struct dormant_options *bad = NULL;
 	struct dormant *m = manager(), *other = NULL;
 	char long_tag[80];
 	void *p = NULL;
 
 	memset(long_tag, 'x', sizeof(long_tag) - 1);
 	long_tag[sizeof(long_tag) - 1] = '\0';
-	cr_expect_eq(dormant_new(&bad, &other), -EINVAL);
+	cr_assert_eq(dormant_options_new(&bad), 0);
+	cr_expect_eq(dormant_options_set(bad, "backend", "tpu"), -EINVAL);
+	cr_expect_neq(strstr(dormant_last_error(), "tpu"), NULL, "message: %s",
+		      dormant_last_error());
+	setenv("DORMANT_BACKEND", "tpu", 1);
+	cr_expect_eq(dormant_new(bad, &other), -EINVAL);
+	unsetenv("DORMANT_BACKEND");
+	dormant_options_destroy(bad);
 	cr_expect_null(other);
 	cr_expect_neq(strstr(dormant_last_error(), "tpu"), NULL, "message: %s",
 		      dormant_last_error());
@@ -806,14 +813,12 @@ static void *leave_later(void *arg)
 
 Test(guard, sleep_waits_for_steps_and_steps_wait_for_wake)
 {
-	struct dormant_options o = { .guard_timeout_ms = 100, .host_mode = DORMANT_HOST_RELEASE };
 	struct stepper s = { .timeout_ms = -1 };
 	struct leaver leaver = { 0 };
 	struct dormant_report rep;
-	struct dormant *m = NULL;
+	struct dormant *m = manager_from("guard_timeout_ms=100,host_mode=release");
 	pthread_t t;
 
-	cr_assert_eq(dormant_new(&o, &m), 0, "%s", dormant_last_error());
 	alloc_tag(m, "weights", MiB);
 	s.m = m;
 
@@ -915,12 +920,9 @@ Test(hooks, run_in_order_and_can_cancel)
  */
 static struct dormant *two_devices(void)
 {
-	struct dormant_options o = { .host_devices = 2, .chunk_bytes = 4 * MiB,
-				     .staging_bytes = 8 * MiB, .copy_threads = 2,
-				     .guard_timeout_ms = 5000 };
-	struct dormant *m = NULL;
+	struct dormant *m = manager_from("host_devices=2,chunk_bytes=4MiB,staging_bytes=8MiB,"
+					 "copy_threads=2,guard_timeout_ms=5000");
 
-	cr_assert_eq(dormant_new(&o, &m), 0, "%s", dormant_last_error());
 	if (dormant_device_count(m) < 2) {
 		dormant_destroy(m);
 		cr_skip_test("one device only");

@@ -20,20 +20,10 @@
 
 static struct dormant *manager_on_devices(enum dormant_host_mode mode, int devices)
 {
-	struct dormant_options o = {
-		.backend = "host",
-		.host_mode = mode,
-		.chunk_bytes = 4 * MiB,
-		.staging_bytes = 8 * MiB,
-		.guard_timeout_ms = 5000,
-		.copy_threads = 2,
-		.host_devices = devices,
-		.host_device_bytes = 512 * MiB,
-	};
-	struct dormant *m = NULL;
-
-	cr_assert_eq(dormant_new(&o, &m), 0, "dormant_new: %s", dormant_last_error());
-	return m;
+	return manager_from("backend=host,host_mode=%s,chunk_bytes=4MiB,staging_bytes=8MiB,"
+			    "guard_timeout_ms=5000,copy_threads=2,host_devices=%d,"
+			    "host_device_bytes=512MiB",
+			    mode == DORMANT_HOST_RETAIN ? "retain" : "release", devices);
 }
 
 static void *alloc_on(struct dormant *m, const char *tag, size_t size, int device)

@@ -223,11 +223,14 @@ Test(wake_order, bad_map_thread_counts_are_refused)
 	static const char *bad[] = { "0", "9", "two", "" };
 
 	for (size_t i = 0; i < 3; i++) {
-		struct dormant_options o = { .backend = "host" };
+		struct dormant_options *o = NULL;
 		struct dormant *m = NULL;
 
+		cr_assert_eq(dormant_options_new(&o), 0);
+		cr_assert_eq(dormant_options_set(o, "backend", "host"), 0);
 		setenv("DORMANT_WAKE_MAP_THREADS", bad[i], 1);
-		cr_expect_eq(dormant_new(&o, &m), -EINVAL, "\"%s\"", bad[i]);
+		cr_expect_eq(dormant_new(o, &m), -EINVAL, "\"%s\"", bad[i]);
+		dormant_options_destroy(o);
 		cr_expect_null(m);
 		cr_expect(strstr(dormant_last_error(), "DORMANT_WAKE_MAP_THREADS") != NULL);
 	}

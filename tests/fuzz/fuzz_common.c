@@ -14,19 +14,22 @@ static unsigned char *pattern;
 
 struct dormant *fuzz_scene_new(void)
 {
-	struct dormant_options o = {
-		.backend = "host",
-		.host_mode = DORMANT_HOST_RELEASE,
-		.chunk_bytes = TAG_BYTES,
-		.guard_timeout_ms = 10,
-		.copy_threads = 1,
-		.host_devices = 1,
-		.host_device_bytes = 16 * TAG_BYTES,
-	};
+	/* TAG_BYTES chunks, 16 of them per device */
+	static const char options[] = "backend=host,host_mode=release,chunk_bytes=1MiB,"
+				      "guard_timeout_ms=10,copy_threads=1,host_devices=1,"
+				      "host_device_bytes=16MiB";
+	struct dormant_options *o = NULL;
 	struct dormant *m = NULL;
 	void *grads;
+	int r;
 
-	if (dormant_new(&o, &m) < 0 || dormant_set_policy(m, "grads", DORMANT_DISCARD) < 0 ||
+	r = dormant_options_new(&o);
+	if (r == 0)
+		r = dormant_options_parse(o, options);
+	if (r == 0)
+		r = dormant_new(o, &m);
+	dormant_options_destroy(o);
+	if (r < 0 || dormant_set_policy(m, "grads", DORMANT_DISCARD) < 0 ||
 	    dormant_alloc(m, "weights", TAG_BYTES, &weights) < 0 ||
 	    dormant_alloc(m, "grads", TAG_BYTES, &grads) < 0) {
 		fprintf(stderr, "fuzz: setup: %s\n", dormant_last_error());

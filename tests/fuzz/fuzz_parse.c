@@ -3,8 +3,8 @@
  * libFuzzer harness: the small parsers of user input, each checked against a
  * plain reading of its rules. The first byte picks one, the rest (cut at a
  * NUL, as a C string would be) is its text:
- *   0  size strings ("64MiB", DORMANT_*_BYTES; core/util.c size_parse)
- *   1  tag names (core/util.c tag_name_check)
+ *   0  size strings ("64MiB", DORMANT_*_BYTES; common/parse.c size_parse)
+ *   1  tag names (common/parse.c tag_name_check)
  *   2  dormantctl --tags lists, and the JSON body made of them: every tag
  *      dormantctl accepts the server accepts too
  *   3  dormantctl's whole numbers and seconds
@@ -18,8 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "dormant.h"
 #include "fuzz_common.h"
-#include "util.h"
 
 /* dormantctl's own parsers are static in its main file: take them whole. */
 #define main dormantctl_main

@@ -56,12 +56,7 @@ bool grads_zero(struct fixture *f)
 void fixture_start(struct fixture *f, const struct fixture_config *config)
 {
 	static const struct fixture_config defaults = { 0 };
-	struct dormant_options options = {
-		.backend = "host",
-		.host_mode = DORMANT_HOST_RELEASE,
-		.staging_bytes = (size_t)8 << 20,
-		.host_device_bytes = (size_t)128 << 20,
-	};
+	struct dormant_options *options = NULL;
 	struct dormant_server_options server;
 	unsigned char *dirty;
 
@@ -69,9 +64,19 @@ void fixture_start(struct fixture *f, const struct fixture_config *config)
 		config = &defaults;
 	memset(f, 0, sizeof(*f));
 	curl_global_init(CURL_GLOBAL_ALL);
-	options.guard_timeout_ms = config->guard_timeout_ms;
-	options.chunk_bytes = config->chunk_bytes;
-	cr_assert_eq(dormant_new(&options, &f->m), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_options_new(&options), 0);
+	cr_assert_eq(dormant_options_parse(options, "backend=host,host_mode=release,"
+					   "staging_bytes=8MiB,host_device_bytes=128MiB"), 0,
+		     "%s", dormant_last_error());
+	/* 0: the defaults */
+	if (config->guard_timeout_ms)
+		cr_assert_eq(dormant_options_set_int(options, "guard_timeout_ms",
+						     config->guard_timeout_ms), 0);
+	if (config->chunk_bytes)
+		cr_assert_eq(dormant_options_set_int(options, "chunk_bytes",
+						     (long long)config->chunk_bytes), 0);
+	cr_assert_eq(dormant_new(options, &f->m), 0, "%s", dormant_last_error());
+	dormant_options_destroy(options);
 	if (!config->no_tags) {
 		cr_assert_eq(dormant_set_policy(f->m, "grads", DORMANT_DISCARD), 0);
 		cr_assert_eq(dormant_alloc(f->m, "weights", TEST_TAG_BYTES, &f->weights), 0, "%s",

@@ -98,6 +98,9 @@ def test_version(name, flag):
     (['--token-file', '/nonexistent/token'], ['/nonexistent/token']),
     (['--backend', 'tpu'], ['--backend must be']),
     (['--keep', '12XB'], ['is not a size']),
+    (['--option', 'chunk_size=1GiB'], ['--option', "unknown option 'chunk_size'"]),
+    (['--option', 'copy_threads=999'], ['--option', 'copy_threads', '999']),
+    (['--option', 'host_mode'], ['--option', 'not name=value']),
 ])
 def test_dormantd_checks_arguments_before_the_backend(args, words):
     # not --quiet: the backend would say it started
@@ -132,6 +135,19 @@ def test_dormantd_keep_larger_than_host_memory_fails_at_once():
             '--listen', '127.0.0.1:0', env={'DORMANT_HOST_DEVICE_BYTES': f'{4 * keep_gib}GiB'})
     one_line_error(p, f'--keep {keep_gib}GiB and --discard 64MiB need', 'of host memory',
                    'available')
+
+
+def test_dormantd_options_apply_and_are_listed():
+    # the device size through --option, as through the environment above
+    p = run('dormantd', '--backend', 'host', '--quiet', '--keep', '48MiB', '--discard', '48MiB',
+            '--listen', '127.0.0.1:0', '--option', 'host_device_bytes=64MiB')
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert 'do not fit in device 0' in p.stderr, p.stderr
+    # --help lists the library's options with their variables
+    p = run('dormantd', '--help')
+    for word in ('--option NAME=VALUE', 'chunk_bytes', '$DORMANT_CHUNK_BYTES', 'pin_host',
+                 'auto|cuda|host'):
+        assert word in p.stdout, word
 
 
 def test_environment_faults_are_checked_too():

@@ -2,13 +2,15 @@
 # A C user's first build: `meson install --destdir` of this build folder, then
 # the README's compile line for examples/hello.c with pkg-config pointed at
 # that tree, and the program run on the host backend. Every installed header
-# must also compile on its own.
-#   c-pkg-config.sh BUILD_DIR SOURCE_ROOT LIBDIR MESON_PROJECT_VERSION
+# must also compile on its own. The installed library's soname carries the ABI
+# major (abi_major in meson.build), and the program needs it by that name.
+#   c-pkg-config.sh BUILD_DIR SOURCE_ROOT LIBDIR MESON_PROJECT_VERSION ABI_MAJOR
 set -eu
 build=$1
 src=$2
 libdir=$3
 want=$4
+abi=$5
 cc=${CC:-cc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -40,4 +42,11 @@ esac
 # and it really runs the installed library, not the build folder's
 LD_LIBRARY_PATH="$root$libdir" ldd "$tmp/hello" | grep -q "=> $root$libdir/libdormant.so" ||
 	{ LD_LIBRARY_PATH="$root$libdir" ldd "$tmp/hello"; echo "hello is not linked to the installed libdormant" >&2; exit 1; }
-echo "C install: ok"
+# the soname is the ABI's, and what hello records as needed
+soname=$(readelf -d "$root$libdir/libdormant.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libdormant.so.$abi" ] ||
+	{ echo "the installed libdormant.so has soname '$soname', not libdormant.so.$abi" >&2; exit 1; }
+[ -f "$root$libdir/libdormant.so.$abi" ] || { echo "no $libdir/libdormant.so.$abi installed" >&2; exit 1; }
+readelf -d "$tmp/hello" | grep -q "(NEEDED).*\[libdormant.so.$abi\]" ||
+	{ readelf -d "$tmp/hello"; echo "hello does not need libdormant.so.$abi" >&2; exit 1; }
+echo "C install: ok (soname libdormant.so.$abi)"

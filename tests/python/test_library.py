@@ -68,7 +68,7 @@ def test_not_found_lists_every_place(tmp_path):
     env["PYTHONPATH"] = str(site)
     # (In this process the library is loaded already, so the loader would
     # find it by its soname: ask a fresh process.)
-    probe = run_python("import ctypes; ctypes.CDLL('libdormant.so.0')", env, cwd=tmp_path)
+    probe = run_python("import ctypes; ctypes.CDLL('libdormant.so.1')", env, cwd=tmp_path)
     if probe.returncode == 0:
         pytest.skip("libdormant is installed system-wide: the loader finds it")
     code = ("import dormant\n"
@@ -83,7 +83,7 @@ def test_not_found_lists_every_place(tmp_path):
     out = r.stdout
     assert "beside the package: " + str(site / "dormant" / "libdormant.so") in out
     assert "the meson build folder: " in out
-    assert "the system loader: libdormant.so.0" in out
+    assert "the system loader: libdormant.so.1" in out
     assert "the system loader: libdormant.so:" in out
     assert "DORMANT_LIB" in out  # the advice
 

@@ -66,25 +66,33 @@ static void pause_us(long us)
 	nanosleep(&ts, NULL);
 }
 
+/* A manager with options "name=value,..." (dormant_options_parse()), or NULL
+ * after fail(). */
+static int manager_from(const char *text, struct dormant **ret)
+{
+	struct dormant_options *o = NULL;
+	int r = dormant_options_new(&o);
+
+	if (r == 0)
+		r = dormant_options_parse(o, text);
+	if (r == 0)
+		r = dormant_new(o, ret);
+	dormant_options_destroy(o);
+	if (r < 0)
+		fail("dormant_new (%s): %s", text, dormant_last_error());
+	return r;
+}
+
 static struct dormant *manager_new(size_t device_bytes)
 {
-	struct dormant_options o = {
-		.backend = "host",
-		.host_mode = DORMANT_HOST_RELEASE,
-		.chunk_bytes = 4 * MiB,
-		.staging_bytes = 8 * MiB,
-		.guard_timeout_ms = 5000,
-		.copy_threads = 2,
-		.host_devices = 1,
-		.host_device_bytes = device_bytes,
-	};
 	struct dormant *m = NULL;
+	char text[256];
 
-	if (dormant_new(&o, &m) < 0) {
-		fail("dormant_new: %s", dormant_last_error());
-		return NULL;
-	}
-	return m;
+	snprintf(text, sizeof(text),
+		 "backend=host,host_mode=release,chunk_bytes=4MiB,staging_bytes=8MiB,"
+		 "guard_timeout_ms=5000,copy_threads=2,host_devices=1,host_device_bytes=%zu",
+		 device_bytes);
+	return manager_from(text, &m) < 0 ? NULL : m;
 }
 
 static unsigned char pattern_byte(size_t i, unsigned seed)
@@ -434,22 +442,18 @@ static void scenario_modes(void)
 	};
 
 	for (size_t e = 0; e < sizeof(envs) / sizeof(envs[0]) && !failed(); e++) {
-		struct dormant_options o = {
-			.backend = "host",
-			.host_mode = e ? DORMANT_HOST_RETAIN : DORMANT_HOST_RELEASE,
-			.chunk_bytes = 4 * MiB,
-			.staging_bytes = 8 * MiB,
-			.copy_threads = 3,
-			.host_devices = 2,
-			.host_device_bytes = 64 * MiB,
-		};
+		const char *options = e ? "backend=host,host_mode=retain,chunk_bytes=4MiB,"
+					  "staging_bytes=8MiB,copy_threads=3,host_devices=2,"
+					  "host_device_bytes=64MiB"
+					: "backend=host,host_mode=release,chunk_bytes=4MiB,"
+					  "staging_bytes=8MiB,copy_threads=3,host_devices=2,"
+					  "host_device_bytes=64MiB";
 		struct crowd c = { 0 };
 		pthread_t t[2];
 		void *w[2] = { 0 };
 
 		setenv(envs[e][0], envs[e][1], 1);
-		if (dormant_new(&o, &c.m) < 0) {
-			fail("dormant_new: %s", dormant_last_error());
+		if (manager_from(options, &c.m) < 0) {
 			unsetenv(envs[e][0]);
 			return;
 		}
@@ -522,22 +526,16 @@ static void scenario_devices(void)
 {
 	static const char *const cycling[] = { "weights", "grads", NULL };
 	static const char *const second[] = { "weights", NULL };
-	struct dormant_options o = {
-		.backend = "host",
-		.host_mode = DORMANT_HOST_RETAIN,
-		.chunk_bytes = 4 * MiB,
-		.staging_bytes = 8 * MiB,
-		.copy_threads = 2,
-		.host_devices = 3,
-		.host_device_bytes = 64 * MiB,
-	};
 	struct crowd c = { 0 };
 	pthread_t t[2];
 	void *w[3] = { 0 };
 	unsigned char *buf = malloc(10 * MiB);
 
-	if (!buf || dormant_new(&o, &c.m) < 0) {
-		fail("dormant_new: %s", dormant_last_error());
+	if (!buf || manager_from("backend=host,host_mode=retain,chunk_bytes=4MiB,staging_bytes=8MiB,"
+				 "copy_threads=2,host_devices=3,host_device_bytes=64MiB",
+				 &c.m) < 0) {
+		if (!buf)
+			fail("out of memory");
 		free(buf);
 		return;
 	}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* Running a sleep or a wake for the API: the manager's call, its report as a
+ * JSON document, and the transition's own message kept for the caller. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api.h"
+#include "common.h"
+
+int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
+		       json_t **ret_report)
+{
+	char error[DORMANT_ERROR_MAX];
+	struct dormant_report *rep;
+	struct dormant_stats *stats;
+	const char *state = "mixed";
+	int r;
+
+	/* both are large: keep them off the server thread's stack */
+	rep = calloc(1, sizeof(*rep));
+	stats = malloc(sizeof(*stats));
+	if (!rep || !stats) {
+		free(rep);
+		free(stats);
+		*ret_report = NULL;
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	r = kind == API_SLEEP ? dormant_sleep(m, tags, rep) : dormant_wake(m, tags, rep);
+	if (r < 0 && rep->result == 0) {
+		/* failed before the manager wrote the report (argument checks) */
+		rep->result = r;
+		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
+	}
+	snprintf(error, sizeof(error), "%s", rep->error);
+	if (dormant_stats_get(m, stats) == 0)
+		state = api_manager_state(stats);
+	*ret_report = api_report_json(kind, rep, state);
+	free(stats);
+	free(rep);
+	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
+		error_set(r, "%s", error);
+	return r;
+}

@@ -1,0 +1,518 @@
+/* SPDX-License-Identifier: MIT */
+/* The options of dormant_new(): one table says each option's name, type,
+ * default, environment variable and doc line, and everything else (the
+ * setters, the environment, the listing for docs and bindings) reads it. */
+#include "options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "transfer.h"
+#include "util.h"
+
+enum option_type {
+	OPTION_ENUM,
+	OPTION_SIZE,
+	OPTION_INT,
+	OPTION_BOOL,
+};
+
+static const char *const type_names[] = {
+	[OPTION_ENUM] = "enum",
+	[OPTION_SIZE] = "size",
+	[OPTION_INT] = "int",
+	[OPTION_BOOL] = "bool",
+};
+
+struct option {
+	const char *name;
+	enum option_type type;
+	size_t offset; /* of the field in struct dormant_options */
+	/* Parsed like a user's value when neither set nor in the environment.
+	 * NULL: the field stays zero and the manager computes it (say how in
+	 * default_doc). */
+	const char *default_value;
+	const char *default_doc; /* what dormant_option_default() says; NULL: default_value */
+	const char *env;	 /* NULL: none */
+	const char *const *values; /* enum: its values, NULL-terminated */
+	long long min, max;	 /* int; size (0, 0: any size) */
+	size_t multiple;	 /* size: must be a multiple of this (0: any) */
+	const char *doc;
+};
+
+#define FIELD(f) offsetof(struct dormant_options, f)
+#define VALUES(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* Adding an option: a row here and its field in options.h. Keep each
+ * option's environment variable and default as documented in dormant.h. */
+static const struct option options[] = {
+	{
+		.name = "backend", .type = OPTION_ENUM, .offset = FIELD(backend),
+		.default_value = "auto", .env = "DORMANT_BACKEND",
+		.values = VALUES("auto", "cuda", "host"),
+		.doc = "device backend: cuda, host (a simulated device in host memory), or auto "
+		       "(cuda when a device is usable, else host)",
+	},
+	{
+		.name = "host_mode", .type = OPTION_ENUM, .offset = FIELD(host_mode),
+		.default_value = "release", .env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release"),
+		.doc = "host memory of kept tags: retain keeps pinned buffers across cycles "
+		       "(fastest), release gives it back after each wake (leanest)",
+	},
+	{
+		.name = "chunk_bytes", .type = OPTION_SIZE, .offset = FIELD(chunk_bytes),
+		.default_value = "1GiB", .env = "DORMANT_CHUNK_BYTES", .min = 1,
+		.doc = "largest physical chunk backing an allocation, rounded up to the "
+		       "device granularity",
+	},
+	{
+		.name = "guard_timeout_ms", .type = OPTION_INT, .offset = FIELD(guard_timeout_ms),
+		.default_value = "30000", .min = INT_MIN, .max = INT_MAX,
+		.doc = "how long a sleep waits for training steps to leave the guard before "
+		       "failing with EBUSY (negative: forever; 0: not at all)",
+	},
+	{
+		.name = "copy_threads", .type = OPTION_INT, .offset = FIELD(copy_threads),
+		.default_doc = "min(online CPUs, 8)", .min = 1, .max = 256,
+		.doc = "host threads that fault in fresh host copies and do the host side of "
+		       "unpinned copies",
+	},
+	{
+		.name = "staging_bytes", .type = OPTION_SIZE, .offset = FIELD(staging_bytes),
+		.default_value = "256MiB", .min = ENGINE_STAGING_SLOTS * 2 * MiB,
+		.doc = "pinned staging ring for host copies that stay unpinned (allocated "
+		       "only then)",
+	},
+	{
+		.name = "pin_host", .type = OPTION_BOOL, .offset = FIELD(pin_host),
+		.default_value = "true", .env = "DORMANT_PIN_HOST",
+		.doc = "pin host copies (false: keep them in ordinary memory and copy through "
+		       "the staging ring, where pinned memory is scarce)",
+	},
+	{
+		.name = "pin_piece_bytes", .type = OPTION_SIZE, .offset = FIELD(pin_piece_bytes),
+		.default_value = "256MiB", .env = "DORMANT_PIN_PIECE_BYTES", .min = 4096,
+		.multiple = 4096,
+		.doc = "host copies are pinned, and copied, in pieces of this size",
+	},
+	{
+		.name = "host_devices", .type = OPTION_INT, .offset = FIELD(host_devices),
+		.default_value = "1", .env = "DORMANT_HOST_DEVICES", .min = 1,
+		.max = DORMANT_DEVICES_MAX,
+		.doc = "host backend only: number of simulated devices",
+	},
+	{
+		.name = "host_device_bytes", .type = OPTION_SIZE, .offset = FIELD(host_device_bytes),
+		.default_value = "64GiB", .env = "DORMANT_HOST_DEVICE_BYTES", .min = 1,
+		.doc = "host backend only: memory of each simulated device",
+	},
+	{
+		.name = "verify", .type = OPTION_BOOL, .offset = FIELD(verify),
+		.default_value = "true", .env = "DORMANT_VERIFY",
+		.doc = "check every restored chunk against its checksum after a wake "
+		       "(dormant_set_verify() changes it later)",
+	},
+	{
+		.name = "skip_unchanged", .type = OPTION_BOOL, .offset = FIELD(skip_unchanged),
+		.default_value = "true", .env = "DORMANT_SKIP_UNCHANGED",
+		.doc = "retain mode: a sleep copies no chunk whose checksum says it did not "
+		       "change since the last wake",
+	},
+	{
+		.name = "parallel_devices", .type = OPTION_BOOL, .offset = FIELD(parallel_devices),
+		.default_value = "true", .env = "DORMANT_PARALLEL_DEVICES",
+		.doc = "drive the devices of a transition at once (false: one after another)",
+	},
+	{
+		.name = "wake_overlap", .type = OPTION_BOOL, .offset = FIELD(wake_overlap),
+		.default_value = "true", .env = "DORMANT_WAKE_OVERLAP",
+		.doc = "a wake maps chunks ahead of the copies (false: maps all, then copies)",
+	},
+	{
+		.name = "wake_map_threads", .type = OPTION_INT, .offset = FIELD(wake_map_threads),
+		.default_value = "1", .env = "DORMANT_WAKE_MAP_THREADS", .min = 1, .max = 8,
+		.doc = "threads that map a wake's chunks ahead of the copies",
+	},
+};
+
+_Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_options.set has 64 bits");
+
+static const struct option *option_find(const char *name, size_t *ret_index)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+		if (strcmp(options[i].name, name) == 0) {
+			*ret_index = i;
+			return &options[i];
+		}
+	}
+	return NULL;
+}
+
+/* The table's own copy of value among values, or NULL. */
+static const char *enum_value(const char *const *values, const char *value)
+{
+	for (size_t i = 0; values[i]; i++)
+		if (strcmp(values[i], value) == 0)
+			return values[i];
+	return NULL;
+}
+
+/* "a|b|c" for every enum row, built once. */
+static char enum_texts[ARRAY_SIZE(options)][128];
+static pthread_once_t enum_texts_once = PTHREAD_ONCE_INIT;
+
+static void enum_texts_build(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+		size_t used = 0;
+
+		if (options[i].type != OPTION_ENUM)
+			continue;
+		for (size_t v = 0; options[i].values[v]; v++) {
+			int n = snprintf(enum_texts[i] + used, sizeof(enum_texts[i]) - used, "%s%s",
+					 v ? "|" : "", options[i].values[v]);
+			if (n < 0 || (size_t)n >= sizeof(enum_texts[i]) - used)
+				break;
+			used += (size_t)n;
+		}
+	}
+}
+
+static int bool_parse(const char *text, bool *ret)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(text, yes[i]) == 0) {
+			*ret = true;
+			return 0;
+		}
+		if (strcasecmp(text, no[i]) == 0) {
+			*ret = false;
+			return 0;
+		}
+	}
+	return error_set(-EINVAL, "'%s' is not a boolean (true or false)", text);
+}
+
+/* Parse text for row opt into the field of *o. The message of a failure
+ * says what is wrong with text; the caller says whose value it was. */
+static int option_parse(const struct option *opt, const char *text, struct dormant_options *o)
+{
+	char *field = (char *)o + opt->offset;
+	size_t size;
+	long long n;
+	char *end;
+	bool b = false;
+	int r;
+
+	switch (opt->type) {
+	case OPTION_ENUM: {
+		const char *v = enum_value(opt->values, text);
+
+		if (!v) {
+			pthread_once(&enum_texts_once, enum_texts_build);
+			return error_set(-EINVAL, "'%s' is not one of %s", text,
+					 enum_texts[opt - options]);
+		}
+		*(const char **)field = v;
+		return 0;
+	}
+	case OPTION_SIZE:
+		r = size_parse(text, &size);
+		if (r < 0)
+			return r;
+		if (opt->min && size < (unsigned long long)opt->min)
+			return error_set(-EINVAL, "'%s' is too small (at least %lld bytes)", text,
+					 opt->min);
+		if (opt->max && size > (unsigned long long)opt->max)
+			return error_set(-EINVAL, "'%s' is too large (at most %lld bytes)", text,
+					 opt->max);
+		if (opt->multiple && size % opt->multiple)
+			return error_set(-EINVAL, "'%s' is not a multiple of %zu", text,
+					 opt->multiple);
+		*(size_t *)field = size;
+		return 0;
+	case OPTION_INT:
+		errno = 0;
+		n = strtoll(text, &end, 10);
+		if (!*text || *end || errno)
+			return error_set(-EINVAL, "'%s' is not an integer", text);
+		if (n < opt->min || n > opt->max)
+			return error_set(-EINVAL, "'%s' is out of range (%lld to %lld)", text, opt->min,
+					 opt->max);
+		*(int *)field = (int)n;
+		return 0;
+	case OPTION_BOOL:
+		r = bool_parse(text, &b);
+		if (r < 0)
+			return r;
+		*(bool *)field = b;
+		return 0;
+	}
+	return error_set(-EINVAL, "option %s has an unknown type", opt->name);
+}
+
+static size_t field_size(enum option_type type)
+{
+	switch (type) {
+	case OPTION_ENUM:
+		return sizeof(const char *);
+	case OPTION_SIZE:
+		return sizeof(size_t);
+	case OPTION_INT:
+		return sizeof(int);
+	case OPTION_BOOL:
+		return sizeof(bool);
+	}
+	return 0;
+}
+
+/* Give row opt of a fresh (zeroed) *o its default: the row's default_value,
+ * else zero. */
+static void option_default(const struct option *opt, struct dormant_options *o)
+{
+	int r;
+
+	if (!opt->default_value)
+		return;
+	/* the table's defaults parse: tests/core/test_options.c */
+	r = option_parse(opt, opt->default_value, o);
+	(void)r;
+}
+
+/* ---- the public calls ---------------------------------------------------- */
+
+DORMANT_EXPORT int dormant_options_new(struct dormant_options **ret)
+{
+	struct dormant_options *o;
+
+	if (!ret)
+		return error_set(-EINVAL, "ret is NULL");
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return error_set(-ENOMEM, "out of host memory");
+	*ret = o;
+	return 0;
+}
+
+DORMANT_EXPORT void dormant_options_destroy(struct dormant_options *o)
+{
+	if (!o)
+		return;
+	free(o);
+}
+
+DORMANT_EXPORT int dormant_options_set(struct dormant_options *o, const char *name,
+				       const char *value)
+{
+	struct dormant_options parsed;
+	const struct option *opt;
+	size_t i;
+	int r;
+
+	if (!o || !name)
+		return error_set(-EINVAL, "%s is NULL", o ? "the option name" : "the options");
+	opt = option_find(name, &i);
+	if (!opt)
+		return error_set(-EINVAL, "unknown option '%.64s'", name);
+	if (!value) {
+		o->set &= ~(1ull << i);
+		return 0;
+	}
+	/* parse into a copy: a bad value leaves the option unchanged */
+	parsed = *o;
+	r = option_parse(opt, value, &parsed);
+	if (r < 0)
+		return error_prefix(r, "option %s", name);
+	memcpy((char *)o + opt->offset, (char *)&parsed + opt->offset, field_size(opt->type));
+	o->set |= 1ull << i;
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_options_set_int(struct dormant_options *o, const char *name,
+					   long long value)
+{
+	const struct option *opt;
+	char text[32];
+	size_t i;
+
+	if (!o || !name)
+		return error_set(-EINVAL, "%s is NULL", o ? "the option name" : "the options");
+	opt = option_find(name, &i);
+	if (!opt)
+		return error_set(-EINVAL, "unknown option '%.64s'", name);
+	if (opt->type != OPTION_SIZE && opt->type != OPTION_INT && opt->type != OPTION_BOOL)
+		return error_set(-EINVAL, "option %s is a%s %s, not a number", name,
+				 opt->type == OPTION_ENUM ? "n" : "", type_names[opt->type]);
+	if (opt->type == OPTION_BOOL)
+		value = value != 0;
+	snprintf(text, sizeof(text), "%lld", value);
+	return dormant_options_set(o, name, text);
+}
+
+DORMANT_EXPORT int dormant_options_set_log(struct dormant_options *o, dormant_log_fn fn,
+					   void *userdata)
+{
+	if (!o)
+		return error_set(-EINVAL, "the options are NULL");
+	o->log_fn = fn;
+	o->log_userdata = userdata;
+	return 0;
+}
+
+DORMANT_EXPORT const char *dormant_option_name(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? options[i].name : NULL;
+}
+
+DORMANT_EXPORT const char *dormant_option_type(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? type_names[options[i].type] : NULL;
+}
+
+DORMANT_EXPORT const char *dormant_option_values(size_t i)
+{
+	if (i >= ARRAY_SIZE(options) || options[i].type != OPTION_ENUM)
+		return NULL;
+	pthread_once(&enum_texts_once, enum_texts_build);
+	return enum_texts[i];
+}
+
+DORMANT_EXPORT const char *dormant_option_default(size_t i)
+{
+	if (i >= ARRAY_SIZE(options))
+		return NULL;
+	return options[i].default_doc ? options[i].default_doc : options[i].default_value;
+}
+
+DORMANT_EXPORT const char *dormant_option_env(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? options[i].env : NULL;
+}
+
+DORMANT_EXPORT const char *dormant_option_doc(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? options[i].doc : NULL;
+}
+
+/* ---- for dormant_new() --------------------------------------------------- */
+
+int options_resolve(const struct dormant_options *o, struct dormant_options *ret)
+{
+	struct dormant_options r = { 0 };
+	const char *env;
+	int err;
+
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+		const struct option *opt = &options[i];
+
+		if (o && (o->set & (1ull << i))) {
+			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
+			       field_size(opt->type));
+			continue;
+		}
+		if (opt->env && (env = getenv(opt->env)) && *env) {
+			err = option_parse(opt, env, &r);
+			if (err < 0)
+				return error_prefix(err, "$%s (option %s)", opt->env, opt->name);
+			continue;
+		}
+		option_default(opt, &r);
+	}
+	if (o) {
+		r.log_fn = o->log_fn;
+		r.log_userdata = o->log_userdata;
+	}
+	r.set = o ? o->set : 0;
+	*ret = r;
+	return 0;
+}
+
+/* Apply "name=value[,name=value...]" to o, in order, up to the first bad one. */
+static int options_apply(struct dormant_options *o, const char *text)
+{
+	char pair[512];
+	const char *p = text;
+	int r;
+
+	while (*p) {
+		size_t n = strcspn(p, ", \t\n");
+		char *eq;
+
+		if (n == 0) {
+			p++;
+			continue;
+		}
+		if (n >= sizeof(pair))
+			return error_set(-EINVAL, "option '%.32s...' is too long", p);
+		memcpy(pair, p, n);
+		pair[n] = '\0';
+		p += n;
+		eq = strchr(pair, '=');
+		if (!eq)
+			return error_set(-EINVAL, "'%s' is not name=value", pair);
+		*eq = '\0';
+		r = dormant_options_set(o, pair, eq + 1);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_options_parse(struct dormant_options *o, const char *text)
+{
+	struct dormant_options *scratch;
+	int r;
+
+	if (!o || !text)
+		return error_set(-EINVAL, "%s is NULL", o ? "the text" : "the options");
+	/* all or nothing: try every pair on a scratch object first */
+	r = dormant_options_new(&scratch);
+	if (r < 0)
+		return r;
+	r = options_apply(scratch, text);
+	dormant_options_destroy(scratch);
+	if (r < 0)
+		return r;
+	return options_apply(o, text);
+}
+
+int options_format(const struct dormant_options *o, const char *name, char *buf, size_t size)
+{
+	const struct option *opt;
+	const char *field;
+	size_t i;
+	int n = 0;
+
+	if (!name || !buf)
+		return error_set(-EINVAL, "%s is NULL", name ? "the buffer" : "the option name");
+	opt = option_find(name, &i);
+	if (!opt)
+		return error_set(-EINVAL, "unknown option '%.64s'", name);
+	field = (const char *)o + opt->offset;
+	switch (opt->type) {
+	case OPTION_ENUM:
+		n = snprintf(buf, size, "%s", *(const char *const *)field);
+		break;
+	case OPTION_SIZE:
+		n = snprintf(buf, size, "%zu", *(const size_t *)field);
+		break;
+	case OPTION_INT:
+		n = snprintf(buf, size, "%d", *(const int *)field);
+		break;
+	case OPTION_BOOL:
+		n = snprintf(buf, size, "%s", *(const bool *)field ? "true" : "false");
+		break;
+	}
+	if (n < 0 || (size_t)n >= size)
+		return error_set(-ENOSPC, "the value of %s needs %d bytes", name, n + 1);
+	return n;
+}
