@@ -764,7 +764,7 @@ static int host_checksum_finish(struct backend *b, int device, void *job, struct
 		s = stream_find(h, id);
 		if (s)
 			stream_run(h, s, seq); /* runs x, when s has run seq ops */
-		hashes_ready(h, id, s ? s->done : UINT64_MAX);
+		hashes_ready(h, id, s ? MAX(s->done, seq) : UINT64_MAX);
 	}
 	pthread_mutex_unlock(&h->lock);
 	if (out)

@@ -597,14 +597,18 @@ static void no_kernel_env(void)
 /* Sleeps and wakes go on unverified (and nothing is skipped), said once. */
 Test(no_kernel, wakes_unverified_with_one_warning, .init = no_kernel_env)
 {
-	struct dormant_options o = { .host_mode = DORMANT_HOST_RETAIN, .chunk_bytes = CHUNK,
-				     .log_fn = count_warning };
+	struct dormant_options *o = NULL;
 	struct dormant *m = NULL;
 	struct dormant_report rep;
 	uint64_t sum[2];
 	void *w;
 
-	cr_assert_eq(dormant_new(&o, &m), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_options_new(&o), 0);
+	cr_assert_eq(dormant_options_parse(o, "host_mode=retain,chunk_bytes=2MiB"), 0, "%s",
+		     dormant_last_error());
+	cr_assert_eq(dormant_options_set_log(o, count_warning, NULL), 0);
+	cr_assert_eq(dormant_new(o, &m), 0, "%s", dormant_last_error());
+	dormant_options_destroy(o);
 	if (strcmp(dormant_backend_name(m), "host") != 0) {
 		dormant_destroy(m);
 		cr_skip_test("DORMANT_HOST_CHECKSUM is the host backend's");
