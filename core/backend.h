@@ -68,6 +68,24 @@ struct backend_ops {
 	 * NULL; -ENOTSUP when the device cannot run the kernel. */
 	int (*checksum)(struct backend *b, int device, const struct checksum_range *ranges,
 			size_t count, void *stream, struct checksum *out);
+	/* Hashing queued beside other work (a wake hashes each group of
+	 * chunks while later ones still copy), all three NULL or none:
+	 *  - checksum_start: a job of count ranges cut into group_count
+	 *    groups of consecutive ranges (group g has groups[g]; both arrays
+	 *    are copied), hashed on stream, one result per range kept on the
+	 *    device until finish; -ENOTSUP when the device cannot run the
+	 *    kernel;
+	 *  - checksum_queue: hash group g on the job's stream once the work
+	 *    recorded in event (on another stream; NULL: none) is done. The
+	 *    host does not wait, nor does later work on the event's stream;
+	 *  - checksum_finish: wait for every queued hash, read the results
+	 *    into out[0..count) (NULL: read nothing, only wait) and free the
+	 *    job, whatever it returns. */
+	int (*checksum_start)(struct backend *b, int device, const struct checksum_range *ranges,
+			      size_t count, const size_t *groups, size_t group_count, void *stream,
+			      void **ret_job);
+	int (*checksum_queue)(struct backend *b, int device, void *job, size_t g, void *event);
+	int (*checksum_finish)(struct backend *b, int device, void *job, struct checksum *out);
 	/* Tests only, may be NULL: queue a write of device memory on the
 	 * device's default stream, run at the next synchronize (the host
 	 * backend with DORMANT_HOST_DEFER_STREAMS=1). */

@@ -10,58 +10,14 @@
 
 #ifdef HAVE_CUDA_H
 
-#include <cuda.h>
+#include "backend_cuda.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CUDA_FN(name) __typeof__(&name) name
-
-struct cuda_api {
-	void *library;
-	CUDA_FN(cuInit);
-	CUDA_FN(cuGetErrorName);
-	CUDA_FN(cuGetErrorString);
-	CUDA_FN(cuDeviceGetCount);
-	CUDA_FN(cuDeviceGet);
-	CUDA_FN(cuDevicePrimaryCtxRetain);
-	CUDA_FN(cuDevicePrimaryCtxRelease);
-	CUDA_FN(cuCtxGetCurrent);
-	CUDA_FN(cuCtxSetCurrent);
-	CUDA_FN(cuCtxGetDevice);
-	CUDA_FN(cuCtxSynchronize);
-	CUDA_FN(cuMemGetAllocationGranularity);
-	CUDA_FN(cuMemAddressReserve);
-	CUDA_FN(cuMemAddressFree);
-	CUDA_FN(cuMemCreate);
-	CUDA_FN(cuMemRelease);
-	CUDA_FN(cuMemMap);
-	CUDA_FN(cuMemUnmap);
-	CUDA_FN(cuMemSetAccess);
-	CUDA_FN(cuMemHostRegister);
-	CUDA_FN(cuMemHostUnregister);
-	CUDA_FN(cuStreamCreate);
-	CUDA_FN(cuStreamDestroy);
-	CUDA_FN(cuEventCreate);
-	CUDA_FN(cuEventDestroy);
-	CUDA_FN(cuEventRecord);
-	CUDA_FN(cuEventSynchronize);
-	CUDA_FN(cuMemcpyDtoHAsync);
-	CUDA_FN(cuMemcpyHtoDAsync);
-	CUDA_FN(cuMemsetD8Async);
-	CUDA_FN(cuMemGetInfo);
-	/* the checksum kernel (checksum.h) */
-	CUDA_FN(cuModuleLoadData);
-	CUDA_FN(cuModuleGetFunction);
-	CUDA_FN(cuModuleUnload);
-	CUDA_FN(cuLaunchKernel);
-	CUDA_FN(cuMemAlloc);
-	CUDA_FN(cuMemFree);
-	CUDA_FN(cuStreamSynchronize);
-};
 
 /* The versioned names behind cuda.h's macros, in struct order. */
 static const char *const symbol_names[] = {
@@ -103,35 +59,11 @@ static const char *const symbol_names[] = {
 	"cuMemAlloc_v2",
 	"cuMemFree_v2",
 	"cuStreamSynchronize",
+	"cuStreamWaitEvent",
 };
-
-/* A device's checksum kernel, loaded on first use. */
-struct cuda_checksum {
-	pthread_mutex_t lock;
-	bool tried;
-	int error; /* loading failed: -ENOTSUP, message kept */
-	char message[DORMANT_ERROR_MAX];
-	CUmodule module;
-	CUfunction kernel;
-};
-
-struct cuda_backend {
-	struct backend base;
-	struct cuda_api api;
-	int device_count;
-	pthread_mutex_t lock; /* guards contexts[] creation */
-	CUdevice devices[DORMANT_DEVICES_MAX];
-	_Atomic(CUcontext) contexts[DORMANT_DEVICES_MAX];
-	struct cuda_checksum checksum[DORMANT_DEVICES_MAX];
-};
-
-static struct cuda_backend *cuda(struct backend *b)
-{
-	return (struct cuda_backend *)b;
-}
 
 /* The one place where a CUresult becomes an errno; keeps the driver's words. */
-static int cuda_result(struct cuda_backend *c, CUresult result, const char *call)
+int cuda_result(struct cuda_backend *c, CUresult result, const char *call)
 {
 	const char *name = NULL, *text = NULL;
 
@@ -156,8 +88,6 @@ static int cuda_result(struct cuda_backend *c, CUresult result, const char *call
 		return -EIO;
 	}
 }
-
-#define CALL(c, fn, ...) cuda_result((c), (c)->api.fn(__VA_ARGS__), #fn)
 
 static int context_get(struct cuda_backend *c, int device, CUcontext *ret)
 {
@@ -185,7 +115,7 @@ static int context_get(struct cuda_backend *c, int device, CUcontext *ret)
 }
 
 /* Make device's primary context current; *saved receives the caller's. */
-static int context_enter(struct cuda_backend *c, int device, CUcontext *saved)
+int context_enter(struct cuda_backend *c, int device, CUcontext *saved)
 {
 	CUcontext ctx = NULL, current = NULL;
 	int r = context_get(c, device, &ctx);
@@ -199,7 +129,7 @@ static int context_enter(struct cuda_backend *c, int device, CUcontext *saved)
 	return 0;
 }
 
-static void context_leave(struct cuda_backend *c, CUcontext saved)
+void context_leave(struct cuda_backend *c, CUcontext saved)
 {
 	CUcontext current = NULL;
 
@@ -571,148 +501,6 @@ static bool cuda_device_active(struct backend *b, int device)
 	return device >= 0 && device < c->device_count && atomic_load(&c->contexts[device]);
 }
 
-/* ---- the checksum kernel (checksum.h, kernels/checksum.cu) --------------- */
-
-/* $DORMANT_CHECKSUM_PTX names a PTX file to load instead of the embedded one
- * (a test tool: the GPU suite runs a fresh nvcc build this way). */
-static char *ptx_read(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	long size;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-	    (text = malloc((size_t)size + 1)) && fread(text, 1, (size_t)size, f) == (size_t)size)
-		text[size] = '\0';
-	else {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
-/* Load the kernel into the device's context (current). Called with ck->lock. */
-static int checksum_load(struct cuda_backend *c, struct cuda_checksum *ck)
-{
-	const char *path = getenv("DORMANT_CHECKSUM_PTX");
-	char *text = NULL;
-	int r;
-
-	ck->tried = true;
-	if (path && *path) {
-		text = ptx_read(path);
-		if (!text) {
-			r = error_set(-ENOTSUP, "cannot read $DORMANT_CHECKSUM_PTX (%s)", path);
-			goto fail;
-		}
-	}
-	r = CALL(c, cuModuleLoadData, &ck->module, text ? text : dormant_checksum_ptx);
-	free(text);
-	if (r == 0)
-		r = CALL(c, cuModuleGetFunction, &ck->kernel, ck->module, CHECKSUM_KERNEL);
-	if (r == 0)
-		return 0;
-	error_prefix(r, "loading the checksum kernel");
-	r = -ENOTSUP;
-fail:
-	if (ck->module)
-		c->api.cuModuleUnload(ck->module);
-	ck->module = NULL;
-	ck->error = r;
-	snprintf(ck->message, sizeof(ck->message), "%s", dormant_last_error());
-	return r;
-}
-
-/* As the kernel reads it: struct range of kernels/checksum.cu. */
-struct kernel_range {
-	uint64_t ptr, size, offset, first_tile;
-};
-
-/* The work buffer (the ranges, then two lanes per range) lives only for the
- * call: a sleep hashes before it releases, and no device memory of ours stays
- * behind while asleep (cuMemAlloc rounds up to 2 MiB). */
-static int checksum_run(struct cuda_backend *c, struct cuda_checksum *ck,
-			const struct checksum_range *ranges, size_t count, CUstream stream,
-			struct checksum *out)
-{
-	CUdeviceptr buffer = 0;
-	size_t table = count * sizeof(struct kernel_range), sums = count * 2 * sizeof(uint64_t);
-	struct kernel_range *k = malloc(table);
-	uint64_t *lanes = malloc(sums);
-	unsigned long long tiles = 0;
-	int r = 0;
-
-	if (!k || !lanes) {
-		r = error_set(-ENOMEM, "out of host memory");
-		goto out;
-	}
-	for (size_t i = 0; i < count; i++) {
-		k[i] = (struct kernel_range){ .ptr = ranges[i].ptr, .size = ranges[i].size,
-					      .offset = ranges[i].offset, .first_tile = tiles };
-		tiles += (ranges[i].size + CHECKSUM_TILE_BYTES - 1) / CHECKSUM_TILE_BYTES;
-	}
-	r = CALL(c, cuMemAlloc, &buffer, table + sums);
-	if (r < 0)
-		goto out;
-	r = CALL(c, cuMemcpyHtoDAsync, buffer, k, table, stream);
-	if (r == 0)
-		r = CALL(c, cuMemsetD8Async, buffer + table, 0, sums, stream);
-	if (r == 0 && tiles) {
-		CUdeviceptr dev_ranges = buffer, dev_out = buffer + table;
-		unsigned n = (unsigned)count;
-		void *params[] = { &dev_ranges, &n, &tiles, &dev_out };
-		unsigned grid = (unsigned)MIN(tiles, 8192ull);
-
-		r = CALL(c, cuLaunchKernel, ck->kernel, grid, 1, 1, CHECKSUM_THREADS, 1, 1, 0,
-			 stream, params, NULL);
-	}
-	if (r == 0)
-		r = CALL(c, cuMemcpyDtoHAsync, lanes, buffer + table, sums, stream);
-	if (r == 0)
-		r = CALL(c, cuStreamSynchronize, stream);
-	else
-		(void)c->api.cuStreamSynchronize(stream); /* before the buffer goes */
-	for (size_t i = 0; r == 0 && i < count; i++)
-		out[i] = (struct checksum){ { lanes[2 * i], lanes[2 * i + 1] } };
-out:
-	if (buffer)
-		c->api.cuMemFree(buffer);
-	free(k);
-	free(lanes);
-	return r;
-}
-
-static int cuda_checksum(struct backend *b, int device, const struct checksum_range *ranges,
-			 size_t count, void *stream, struct checksum *out)
-{
-	struct cuda_backend *c = cuda(b);
-	struct cuda_checksum *ck;
-	CUcontext saved;
-	int r;
-
-	if (count == 0)
-		return 0;
-	if (count > UINT32_MAX)
-		return error_set(-EINVAL, "too many ranges to hash at once");
-	r = context_enter(c, device, &saved);
-	if (r < 0)
-		return r;
-	ck = &c->checksum[device];
-	pthread_mutex_lock(&ck->lock);
-	if (!ck->tried)
-		r = checksum_load(c, ck);
-	else if (ck->error)
-		r = error_set(ck->error, "%s", ck->message);
-	if (r == 0)
-		r = checksum_run(c, ck, ranges, count, (CUstream)stream, out);
-	pthread_mutex_unlock(&ck->lock);
-	context_leave(c, saved);
-	return r;
-}
-
 static const struct backend_ops cuda_ops = {
 	.name = "cuda",
 	.destroy = cuda_destroy,
@@ -740,6 +528,9 @@ static const struct backend_ops cuda_ops = {
 	.mem_info = cuda_mem_info,
 	.device_active = cuda_device_active,
 	.checksum = cuda_checksum,
+	.checksum_start = cuda_checksum_start,
+	.checksum_queue = cuda_checksum_queue,
+	.checksum_finish = cuda_checksum_finish,
 };
 
 static int api_load(struct cuda_api *api)

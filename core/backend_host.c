@@ -12,6 +12,9 @@
  * destroyed or its device is synchronized, as on a real device, so that a
  * missing wait or synchronize shows as stale data.
  *
+ * DORMANT_HOST_CHECKSUM=0, a test tool: the simulated device cannot hash, as
+ * a device whose driver cannot load the checksum kernel (-ENOTSUP).
+ *
  * DORMANT_HOST_RENDEZVOUS=to_host:MS (or to_device:MS), a test tool too: the
  * first copy in that direction on each simulated device waits, up to MS
  * milliseconds, until every simulated device has issued one, and fails with
@@ -66,6 +69,25 @@ struct pinned_range {
 	uintptr_t start, end;
 };
 
+/* A hashing job (backend.h, checksum_start): its results stand for the
+ * device buffer the kernel writes. */
+struct host_job {
+	size_t count, group_count;
+	struct checksum_range *ranges;
+	size_t *group_first; /* group_count + 1 */
+	struct checksum *sums;
+};
+
+/* A queued group hash waiting for its event: it runs the moment its stream
+ * has run seq ops (deferred streams: as early as a device could run it, so
+ * that a hash queued before its copy is done hashes stale bytes). */
+struct host_hash {
+	struct host_hash *next;
+	struct host_job *job;
+	size_t group;
+	uint64_t stream_id, seq;
+};
+
 /* DORMANT_HOST_RENDEZVOUS: one meeting of every device's first copy. */
 struct rendezvous {
 	int direction; /* 0: off; 1: copies to the host; 2: to the device */
@@ -84,6 +106,7 @@ struct host_backend {
 	_Atomic uint64_t used[DORMANT_DEVICES_MAX];
 	_Atomic bool active[DORMANT_DEVICES_MAX];
 	bool defer; /* DORMANT_HOST_DEFER_STREAMS=1 */
+	bool no_kernel; /* DORMANT_HOST_CHECKSUM=0: as a device without the kernel */
 	pthread_mutex_t lock; /* the streams and their queues */
 	struct host_stream *streams;
 	uint64_t next_stream_id;
@@ -95,6 +118,7 @@ struct host_backend {
 	struct pinned_range *pinned;
 	size_t pinned_count, pinned_capacity;
 	struct rendezvous rendezvous;
+	struct host_hash *hashes; /* waiting for their events, under lock */
 };
 
 static struct host_backend *host(struct backend *b)
@@ -127,8 +151,34 @@ static void stream_free(struct host_stream *s)
 	free(s);
 }
 
+static void job_hash(struct host_job *job, size_t g)
+{
+	for (size_t i = job->group_first[g]; i < job->group_first[g + 1]; i++)
+		job->sums[i] = checksum_cpu((const void *)job->ranges[i].ptr, job->ranges[i].size,
+					    job->ranges[i].offset);
+}
+
+/* Run the hashes waiting for stream id to have run done ops (all: done is
+ * UINT64_MAX, the stream is gone). Called with lock. */
+static void hashes_ready(struct host_backend *h, uint64_t id, uint64_t done)
+{
+	struct host_hash **p = &h->hashes;
+
+	while (*p) {
+		struct host_hash *x = *p;
+
+		if (x->stream_id != id || x->seq > done) {
+			p = &x->next;
+			continue;
+		}
+		*p = x->next;
+		job_hash(x->job, x->group);
+		free(x);
+	}
+}
+
 /* Run a stream's queued work until it has run upto ops. Called with lock. */
-static void stream_run(struct host_stream *s, uint64_t upto)
+static void stream_run(struct host_backend *h, struct host_stream *s, uint64_t upto)
 {
 	while (s->head && s->done < upto) {
 		struct host_op *op = s->head;
@@ -142,6 +192,8 @@ static void stream_run(struct host_stream *s, uint64_t upto)
 			memset(op->dst, 0, op->size);
 		s->done++;
 		op_free(op);
+		if (h->hashes)
+			hashes_ready(h, s->id, s->done);
 	}
 }
 
@@ -195,6 +247,12 @@ static void host_destroy(struct backend *b)
 
 		h->streams = s->next;
 		stream_free(s);
+	}
+	while (h->hashes) {
+		struct host_hash *x = h->hashes;
+
+		h->hashes = x->next;
+		free(x);
 	}
 	pthread_mutex_destroy(&h->lock);
 	pthread_mutex_destroy(&h->pin_lock);
@@ -411,12 +469,13 @@ static void host_stream_destroy(struct backend *b, int device, void *stream)
 
 	(void)device;
 	pthread_mutex_lock(&h->lock);
-	stream_run(s, s->issued);
+	stream_run(h, s, s->issued);
 	for (struct host_stream **p = &h->streams; *p; p = &(*p)->next)
 		if (*p == s) {
 			*p = s->next;
 			break;
 		}
+	hashes_ready(h, s->id, UINT64_MAX);
 	pthread_mutex_unlock(&h->lock);
 	stream_free(s);
 }
@@ -466,7 +525,7 @@ static int host_event_wait(struct backend *b, int device, void *event)
 	pthread_mutex_lock(&h->lock);
 	s = stream_find(h, ev->stream_id);
 	if (s)
-		stream_run(s, ev->seq);
+		stream_run(h, s, ev->seq);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -574,6 +633,12 @@ static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, 
 
 /* The chunk checksum on the CPU, after the stream's queued work (as the
  * kernel would run after it on a device). */
+static int no_kernel(void)
+{
+	return error_set(-ENOTSUP, "the simulated device cannot run the checksum kernel "
+				   "(DORMANT_HOST_CHECKSUM=0)");
+}
+
 static int host_checksum(struct backend *b, int device, const struct checksum_range *ranges,
 			 size_t count, void *stream, struct checksum *out)
 {
@@ -583,12 +648,128 @@ static int host_checksum(struct backend *b, int device, const struct checksum_ra
 
 	if (r < 0)
 		return r;
+	if (h->no_kernel)
+		return no_kernel();
 	pthread_mutex_lock(&h->lock);
 	if (s)
-		stream_run(s, s->issued);
+		stream_run(h, s, s->issued);
 	pthread_mutex_unlock(&h->lock);
 	for (size_t i = 0; i < count; i++)
 		out[i] = checksum_cpu((const void *)ranges[i].ptr, ranges[i].size, ranges[i].offset);
+	return 0;
+}
+
+static void job_free(struct host_job *job)
+{
+	free(job->ranges);
+	free(job->group_first);
+	free(job->sums);
+	free(job);
+}
+
+static int host_checksum_start(struct backend *b, int device, const struct checksum_range *ranges,
+			       size_t count, const size_t *groups, size_t group_count,
+			       void *stream, void **ret_job)
+{
+	struct host_job *job;
+	size_t at = 0;
+	int r = check_device(b, device);
+
+	(void)stream; /* the engine queues nothing else on it */
+	if (r < 0)
+		return r;
+	if (host(b)->no_kernel)
+		return no_kernel();
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		return error_set(-ENOMEM, "out of host memory");
+	job->count = count;
+	job->group_count = group_count;
+	job->ranges = malloc(MAX(count, (size_t)1) * sizeof(*job->ranges));
+	job->group_first = malloc((group_count + 1) * sizeof(*job->group_first));
+	job->sums = calloc(MAX(count, (size_t)1), sizeof(*job->sums));
+	if (!job->ranges || !job->group_first || !job->sums) {
+		job_free(job);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	memcpy(job->ranges, ranges, count * sizeof(*ranges));
+	for (size_t g = 0; g < group_count; g++) {
+		if (groups[g] > count - at) {
+			job_free(job);
+			return error_set(-EINVAL, "bad checksum groups");
+		}
+		job->group_first[g] = at;
+		at += groups[g];
+	}
+	job->group_first[group_count] = at;
+	if (at != count) {
+		job_free(job);
+		return error_set(-EINVAL, "checksum groups cover %zu of %zu ranges", at, count);
+	}
+	*ret_job = job;
+	return 0;
+}
+
+/* Without deferred streams every copy is done when issued: hash at once.
+ * With them, at once if the event's work has run, else the moment it runs. */
+static int host_checksum_queue(struct backend *b, int device, void *job, size_t g, void *event)
+{
+	struct host_backend *h = host(b);
+	struct host_job *j = job;
+	struct host_event *ev = event;
+	struct host_stream *s;
+	struct host_hash *x;
+
+	(void)device;
+	if (g >= j->group_count)
+		return error_set(-EINVAL, "no checksum group %zu", g);
+	x = malloc(sizeof(*x));
+	if (!x)
+		return error_set(-ENOMEM, "out of host memory");
+	pthread_mutex_lock(&h->lock);
+	s = ev && h->defer ? stream_find(h, ev->stream_id) : NULL;
+	if (s && s->done < ev->seq) {
+		*x = (struct host_hash){ .next = h->hashes, .job = j, .group = g,
+					 .stream_id = s->id, .seq = ev->seq };
+		h->hashes = x;
+		x = NULL;
+	} else {
+		job_hash(j, g);
+	}
+	pthread_mutex_unlock(&h->lock);
+	free(x);
+	return 0;
+}
+
+/* As a device's stream synchronize: the work each waiting hash waits for
+ * runs, then the hash. */
+static int host_checksum_finish(struct backend *b, int device, void *job, struct checksum *out)
+{
+	struct host_backend *h = host(b);
+	struct host_job *j = job;
+
+	(void)device;
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		struct host_hash *x = h->hashes;
+		struct host_stream *s;
+		uint64_t id, seq;
+
+		while (x && x->job != j)
+			x = x->next;
+		if (!x)
+			break;
+		id = x->stream_id;
+		seq = x->seq;
+		s = stream_find(h, id);
+		if (s)
+			stream_run(h, s, seq); /* runs x, when s has run seq ops */
+		hashes_ready(h, id, s ? MAX(s->done, seq) : UINT64_MAX);
+	}
+	pthread_mutex_unlock(&h->lock);
+	if (out)
+		memcpy(out, j->sums, j->count * sizeof(*out));
+	job_free(j);
 	return 0;
 }
 
@@ -603,7 +784,7 @@ static int host_synchronize(struct backend *b, int device)
 	pthread_mutex_lock(&h->lock);
 	for (struct host_stream *s = h->streams; s; s = s->next)
 		if (s->device == device)
-			stream_run(s, s->issued);
+			stream_run(h, s, s->issued);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -683,6 +864,9 @@ static const struct backend_ops host_ops = {
 	.device_active = host_device_active,
 	.defer_write = host_defer_write,
 	.checksum = host_checksum,
+	.checksum_start = host_checksum_start,
+	.checksum_queue = host_checksum_queue,
+	.checksum_finish = host_checksum_finish,
 };
 
 int backend_host_new(const struct backend_config *config, struct backend **ret)
@@ -710,6 +894,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->devices = devices;
 	h->capacity = capacity;
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
+	h->no_kernel = (env = getenv("DORMANT_HOST_CHECKSUM")) && strcmp(env, "0") == 0;
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_mutex_init(&h->pin_lock, NULL);
 	if (rendezvous_init(&h->rendezvous) < 0) {

@@ -221,12 +221,15 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 
 /* ---- wake ---------------------------------------------------------------- */
 
-static bool wake_fits(const struct xfer_item *it)
+/* A chunk of device d that the wake restores from its host copy (it maps
+ * what is not mapped; with DORMANT_WAKE_OVERLAP=0 it has mapped it already)
+ * and that has the hash of what that copy holds. */
+static bool wake_fits_ahead(const struct xfer_item *it, int d)
 {
 	const struct chunk *c = it->chunk;
 
-	return it->mapped_here && xfer_is_keep(it) && c->host_valid && c->sum_valid &&
-	       c->plan.kept > 0;
+	return it->alloc->device == d && (it->mapped_here || !c->mapped) && xfer_is_keep(it) &&
+	       c->host_valid && c->sum_valid && c->plan.kept > 0;
 }
 
 /* Say why the first mismatching chunk differs: its host copy hashes as the
@@ -256,28 +259,170 @@ static int mismatch_error(struct engine *e, struct xfer_item *it, const struct c
 	(void)e;
 }
 
-int checksum_verify(struct engine *e, int d, struct xfer_item *items, size_t count,
-		    struct xfer_totals *t)
-{
-	struct xfer_item *first = NULL;
-	struct checksum first_sum = { { 0, 0 } };
-	struct batch bt;
-	int r;
+/* A group closes once it holds this many bytes: one launch each, hashed
+ * while the next group copies; the last group's hash is what the wake waits
+ * for after its last copy. */
+#define WAKE_GROUP_BYTES (64 * MiB)
 
+static void wake_free(struct verify_wake *w)
+{
+	free(w->items);
+	free(w->group_end);
+	free(w->groups);
+	free(w->ranges);
+	w->items = NULL;
+	w->group_end = w->groups = NULL;
+	w->ranges = NULL;
+	w->count = 0;
+	w->active = false;
+}
+
+int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
+			struct verify_wake *w)
+{
+	struct backend *b = e->backend;
+	size_t runs = 0, bytes = 0;
+
+	memset(w, 0, sizeof(*w));
+	w->e = e;
+	w->device = d;
 	if (!atomic_load(&e->verify))
 		return 0;
-	r = batch_collect(&bt, items, count, d, wake_fits);
-	if (r < 0)
-		return r;
-	r = batch_hash(e, d, &bt);
-	if (r < 0) {
-		batch_finish(&bt);
-		return unavailable(e, r);
+	for (size_t i = 0; i < count; i++)
+		if (wake_fits_ahead(&items[i], d)) {
+			w->count++;
+			runs += items[i].chunk->plan.count;
+		}
+	if (w->count == 0)
+		return 0;
+	if (!b->ops->checksum_start) {
+		wake_free(w);
+		return unavailable(e, error_set(-ENOTSUP, "the %s backend cannot hash",
+						b->ops->name));
 	}
-	for (size_t i = 0; i < bt.count; i++) {
-		struct xfer_item *it = bt.items[i];
+	w->items = malloc(w->count * sizeof(*w->items));
+	w->group_end = malloc(w->count * sizeof(*w->group_end));
+	w->groups = calloc(w->count, sizeof(*w->groups));
+	w->ranges = malloc(runs * sizeof(*w->ranges));
+	if (!w->items || !w->group_end || !w->groups || !w->ranges) {
+		wake_free(w);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	w->count = 0;
+	for (size_t i = 0; i < count; i++) {
+		struct chunk *c = items[i].chunk;
 
-		if (checksum_equal(&it->chunk->sum, &bt.sums[i])) {
+		if (!wake_fits_ahead(&items[i], d))
+			continue;
+		w->items[w->count++] = &items[i];
+		for (size_t k = 0; k < c->plan.count; k++)
+			w->ranges[w->range_count++] = (struct checksum_range){
+				.ptr = c->va + c->plan.runs[k].offset,
+				.size = c->plan.runs[k].size,
+				.offset = c->plan.runs[k].offset,
+			};
+		w->groups[w->group_count] += c->plan.count;
+		bytes += c->plan.kept;
+		if (bytes >= WAKE_GROUP_BYTES) {
+			w->group_end[w->group_count++] = w->count;
+			bytes = 0;
+		}
+	}
+	/* the open group, if any */
+	if (w->group_count == 0 || w->group_end[w->group_count - 1] != w->count)
+		w->group_end[w->group_count++] = w->count;
+	w->active = true;
+	return 0;
+}
+
+/* The backend's job, made once the first group's copies are queued: its work
+ * buffer is allocated and its range table uploaded while they run. */
+static int wake_job(struct verify_wake *w)
+{
+	struct backend *b = w->e->backend;
+	int r;
+
+	r = b->ops->checksum_start(b, w->device, w->ranges, w->range_count, w->groups,
+				   w->group_count, w->e->devices[w->device].hash_stream, &w->job);
+	if (r == 0)
+		return 0;
+	w->job = NULL;
+	error_prefix(r, "hashing %zu chunks on device %d", w->count, w->device);
+	r = unavailable(w->e, r);
+	if (r == 0)
+		wake_free(w); /* no kernel: unverified */
+	return r;
+}
+
+int checksum_wake_chunk(struct verify_wake *w, struct xfer_item *it, void *event)
+{
+	struct backend *b = w->e->backend;
+	int r;
+
+	if (!w->active || w->next == w->count || w->items[w->next] != it)
+		return 0;
+	w->next++;
+	if (w->next < w->group_end[w->next_group])
+		return 0;
+	if (!w->job) {
+		r = wake_job(w);
+		if (r < 0 || !w->active)
+			return r;
+	}
+	/* the group's last chunk: its copies, and every earlier one's, are
+	 * before event on the copy stream */
+	r = b->ops->checksum_queue(b, w->device, w->job, w->next_group, event);
+	if (r < 0)
+		return error_prefix(r, "hashing chunks on device %d", w->device);
+	w->next_group++;
+	return 0;
+}
+
+void checksum_wake_abort(struct verify_wake *w)
+{
+	if (w->job)
+		(void)w->e->backend->ops->checksum_finish(w->e->backend, w->device, w->job, NULL);
+	w->job = NULL;
+	wake_free(w);
+}
+
+int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t)
+{
+	struct engine *e = w->e;
+	struct backend *b = e->backend;
+	struct xfer_item *first = NULL;
+	struct checksum first_sum = { { 0, 0 } }, *sums = NULL;
+	size_t k = 0;
+	int r;
+
+	if (!w->active) {
+		wake_free(w);
+		return 0;
+	}
+	if (!w->job || w->next_group != w->group_count) {
+		checksum_wake_abort(w);
+		return error_set(-EPROTO, "internal error: %zu of %zu chunk groups hashed on device %d",
+				 w->next_group, w->group_count, w->device);
+	}
+	sums = malloc(MAX(w->range_count, (size_t)1) * sizeof(*sums));
+	if (!sums) {
+		checksum_wake_abort(w);
+		return error_set(-ENOMEM, "out of host memory");
+	}
+	r = b->ops->checksum_finish(b, w->device, w->job, sums);
+	w->job = NULL;
+	if (r < 0) {
+		error_prefix(r, "hashing %zu chunks on device %d", w->count, w->device);
+		goto out;
+	}
+	for (size_t i = 0; i < w->count; i++) {
+		struct xfer_item *it = w->items[i];
+		const struct chunk *c = it->chunk;
+		struct checksum sum = { { 0, 0 } };
+
+		for (size_t j = 0; j < c->plan.count; j++)
+			checksum_add(&sum, &sums[k++]);
+		if (checksum_equal(&c->sum, &sum)) {
 			it->change->chunks_verified++;
 			t->verified++;
 			continue;
@@ -286,11 +431,13 @@ int checksum_verify(struct engine *e, int d, struct xfer_item *items, size_t cou
 		t->mismatches++;
 		if (!first) {
 			first = it;
-			first_sum = bt.sums[i];
+			first_sum = sum;
 		}
 	}
 	r = first ? mismatch_error(e, first, &first_sum) : 0;
-	batch_finish(&bt);
+out:
+	free(sums);
+	wake_free(w);
 	return r;
 }
 

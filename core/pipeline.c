@@ -55,6 +55,11 @@ void pipeline_abort(struct pipeline *p)
 	}
 }
 
+void *pipeline_last_event(const struct pipeline *p)
+{
+	return p->count ? p->ed->events[(p->head + p->count - 1) % ENGINE_WINDOW] : NULL;
+}
+
 int pipeline_drain(struct pipeline *p)
 {
 	while (p->count) {

@@ -37,6 +37,8 @@ struct pipeline {
 /* Queue the runs of an item's plan (its staging ring must be ready when its
  * host copy is not pinned). */
 int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it);
+/* The event recorded after the last piece queued (NULL: none in flight). */
+void *pipeline_last_event(const struct pipeline *p);
 /* Wait for everything in flight, finishing each piece. */
 int pipeline_drain(struct pipeline *p);
 /* After a failure: wait out what is in flight, finishing nothing. */

@@ -57,6 +57,8 @@ static void device_finish(struct engine *e, int d)
 		ops->event_destroy(e->backend, d, ed->zero_event);
 	if (ed->zero_stream)
 		ops->stream_destroy(e->backend, d, ed->zero_stream);
+	if (ed->hash_stream)
+		ops->stream_destroy(e->backend, d, ed->hash_stream);
 	if (ed->stream)
 		ops->stream_destroy(e->backend, d, ed->stream);
 	staging_finish(e, d);
@@ -82,6 +84,9 @@ static int device_ready(struct engine *e, int d)
 	if (r < 0)
 		goto err;
 	r = ops->stream_create(e->backend, d, &ed->zero_stream);
+	if (r < 0)
+		goto err;
+	r = ops->stream_create(e->backend, d, &ed->hash_stream);
 	if (r < 0)
 		goto err;
 	r = ops->event_create(e->backend, d, &ed->zero_event);
@@ -637,9 +642,10 @@ static int zero_gap(void *ctx, size_t offset, size_t size)
 }
 
 /* Map (through the mapper: ahead, on its thread), zero-fill and restore
- * device d's chunks of the wake, in items order. */
+ * device d's chunks of the wake, in items order; each restored chunk's hash
+ * is queued behind its copies (vw). */
 static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
-			  struct xfer_totals *t)
+			  struct xfer_totals *t, struct verify_wake *vw)
 {
 	struct engine_device *ed = &e->devices[d];
 	struct pipeline p = { .e = e, .device = d, .ed = ed, .to_host = false, .totals = t };
@@ -675,6 +681,8 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 					goto err;
 			}
 			r = pipeline_issue_chunk(&p, it);
+			if (r == 0)
+				r = checksum_wake_chunk(vw, it, pipeline_last_event(&p));
 			if (r < 0)
 				goto err;
 			continue;
@@ -744,6 +752,7 @@ static int room_check(struct engine *e, int d, struct xfer_item *items, size_t c
 static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t count,
 		       struct xfer_totals *t)
 {
+	struct verify_wake vw;
 	bool any = false;
 	double start;
 	int r;
@@ -775,9 +784,14 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 		return device_stop(e, d);
 
 	start = now_monotonic_s();
-	r = restore_device(e, d, items, count, t);
+	r = checksum_wake_start(e, d, items, count, &vw);
+	if (r < 0)
+		return r;
+	r = restore_device(e, d, items, count, t, &vw);
 	if (r == 0)
-		r = checksum_verify(e, d, items, count, t);
+		r = checksum_wake_finish(&vw, t);
+	else
+		checksum_wake_abort(&vw);
 	if (r < 0)
 		return r;
 	t->copy_s += now_monotonic_s() - start;

@@ -63,6 +63,7 @@ struct engine_device {
 	void *stream;      /* copies */
 	void *zero_stream; /* zero-fill, beside the copies */
 	void *zero_event;
+	void *hash_stream; /* wake: chunk checksums beside the copies (verify.h) */
 	void *events[ENGINE_WINDOW];
 	struct hostbuf staging;
 	size_t slot_bytes;

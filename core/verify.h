@@ -8,10 +8,14 @@
  *    once without a copy (bytes_unchanged). Every other chunk's hash is kept
  *    as the hash of what its copy will hold. Done when verification is on or
  *    in retain mode.
- *  - wake (checksum_verify(), after the restore copies of a device): hash the
- *    restored chunks again and compare; a mismatch fails the wake (-EIO,
- *    the chunk named) and, as every failed wake, leaves the tags asleep with
- *    their host copies. Only with verification on.
+ *  - wake (checksum_wake_*(), with verification on): hash each restored
+ *    chunk on the device as soon as its copy is done, while later chunks
+ *    still copy: the wake's restore queues the hash of each group of chunks
+ *    (WAKE_GROUP_BYTES) on the device's hash stream, behind an event after
+ *    the group's last copy; the results stay on the device and are read
+ *    back once, after the last copy, and compared. A mismatch fails the
+ *    wake (-EIO, the chunk named) and, as every failed wake, leaves the tags
+ *    asleep with their host copies.
  *  - wake commit (checksum_commit()): remember, per chunk, that its retained
  *    host copy holds what the device now has.
  * Ranges marked unused and slab holes are not copied and come back zero:
@@ -24,8 +28,37 @@
 
 int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t count,
 		   struct xfer_totals *t);
-int checksum_verify(struct engine *e, int d, struct xfer_item *items, size_t count,
-		    struct xfer_totals *t);
+/* One device's verification during its wake. */
+struct verify_wake {
+	struct engine *e;
+	int device;
+	bool active;              /* chunks to verify, and a kernel (so far) */
+	void *job;                /* the backend's, from the first group on */
+	struct xfer_item **items; /* the chunks hashed, in restore order */
+	size_t count, next;       /* next: the next one the restore issues */
+	size_t *group_end;        /* per group: the index after its last chunk */
+	size_t *groups;           /* per group: its ranges */
+	size_t group_count, next_group;
+	struct checksum_range *ranges; /* the chunks' runs, in order */
+	size_t range_count;
+};
+
+/* Before the restore of device d's chunks: which are verified, in which
+ * groups. The backend's job (work buffer, range table) is made when the
+ * first group's copies are queued; a backend that cannot hash then warns
+ * once and the wake goes on unverified. */
+int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
+			struct verify_wake *w);
+/* After the restore queued the copies of it (event recorded after the last
+ * of them on the copy stream): the hash of its group, once complete, is
+ * queued behind event. Chunks must come in items order. */
+int checksum_wake_chunk(struct verify_wake *w, struct xfer_item *it, void *event);
+/* After the restore's copies are done: read the hashes back, compare, count;
+ * -EIO names the first chunk that differs. Frees w, whatever it returns. */
+int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t);
+/* After a failed restore: wait for the hashes queued (they read the chunks'
+ * memory, which the failed wake then unmaps) and free w. */
+void checksum_wake_abort(struct verify_wake *w);
 void checksum_commit(struct engine *e, struct xfer_item *it);
 
 #endif

@@ -515,3 +515,115 @@ Test(verify, a_corrupted_sub_allocation_is_found)
 	cr_expect(holds(m, a, 5000, 12) && holds(m, b, 7000, 13));
 	dormant_destroy(m);
 }
+
+/* ---- the hash of a chunk runs after its copy ------------------------------ */
+
+/* Chunks copied in several pieces (256 KiB pinned pieces, or the staging
+ * ring), 40 of them: the wake hashes them in groups (64 MiB) while later
+ * chunks still copy. With deferred streams (suite unit, verify-deferred) a
+ * copy runs only once it is waited for, and a queued hash the moment the
+ * work it waits for has run: a hash queued before its chunk's last piece,
+ * or behind the wrong event, hashes stale bytes and fails the wake. */
+static void small_pieces_env(void)
+{
+	setenv("DORMANT_PIN_PIECE_BYTES", "256KiB", 1);
+}
+
+static void staged_env(void)
+{
+	setenv("DORMANT_PIN_HOST", "0", 1);
+}
+
+static void many_chunks_verified(enum dormant_host_mode mode)
+{
+	struct dormant *m = manager_with(mode, CHUNK);
+	size_t n = 40;
+	char *w = alloc_keep(m, "w", n * CHUNK);
+	struct dormant_report rep;
+
+	cr_assert_eq(dormant_mark_unused(m, w + 5 * CHUNK + 4096, 8192), 0);
+	fill(m, w, 5 * CHUNK + 4096, 14);
+	fill(m, w + 5 * CHUNK + 4096 + 8192, n * CHUNK - 5 * CHUNK - 4096 - 8192, 15);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		sleep_ok(m, &rep);
+		wake_ok(m, &rep);
+		cr_expect_eq(rep.chunk_mismatches, 0, "%s", rep.error);
+		cr_expect_eq(rep.chunks_verified, n);
+		cr_expect(holds(m, w, 5 * CHUNK + 4096, 14));
+		cr_expect(holds_at(m, w, 5 * CHUNK + 4096, 8192, 0), "marked: zero");
+		cr_expect(holds(m, w + 5 * CHUNK + 4096 + 8192,
+				n * CHUNK - 5 * CHUNK - 4096 - 8192, 15));
+	}
+	/* a flipped byte in the last group, in its chunk's last piece */
+	sleep_ok(m, &rep);
+	cr_assert_eq(dormant_debug_corrupt_host(m, w + (n - 1) * CHUNK + CHUNK - 3, 0x04), 0);
+	cr_assert_eq(dormant_wake(m, NULL, &rep), -EIO);
+	cr_expect(strstr(rep.error, "offset 81788928"), "%s", rep.error);
+	cr_expect_eq(rep.chunk_mismatches, 1);
+	cr_expect_eq(rep.chunks_verified, n - 1);
+	expect_all(m, DORMANT_ASLEEP);
+	cr_assert_eq(dormant_debug_corrupt_host(m, w + (n - 1) * CHUNK + CHUNK - 3, 0x04), 0);
+	wake_ok(m, &rep);
+	cr_expect_eq(rep.chunks_verified, n);
+	dormant_destroy(m);
+}
+
+Test(overlap, chunks_in_pieces_are_hashed_after_their_last_piece, .init = small_pieces_env)
+{
+	many_chunks_verified(DORMANT_HOST_RELEASE);
+}
+
+Test(overlap, staged_chunks_are_hashed_after_their_copy, .init = staged_env)
+{
+	many_chunks_verified(DORMANT_HOST_RETAIN);
+}
+
+/* ---- a device that cannot run the kernel ---------------------------------- */
+
+static int kernel_warnings;
+
+static void count_warning(enum dormant_log_level level, const char *message, void *userdata)
+{
+	(void)userdata;
+	if (level == DORMANT_LOG_WARNING && strstr(message, "neither verified nor skipped"))
+		__atomic_fetch_add(&kernel_warnings, 1, __ATOMIC_RELAXED);
+}
+
+static void no_kernel_env(void)
+{
+	setenv("DORMANT_HOST_CHECKSUM", "0", 1);
+}
+
+/* Sleeps and wakes go on unverified (and nothing is skipped), said once. */
+Test(no_kernel, wakes_unverified_with_one_warning, .init = no_kernel_env)
+{
+	struct dormant_options *o = NULL;
+	struct dormant *m = NULL;
+	struct dormant_report rep;
+	uint64_t sum[2];
+	void *w;
+
+	cr_assert_eq(dormant_options_new(&o), 0);
+	cr_assert_eq(dormant_options_parse(o, "host_mode=retain,chunk_bytes=2MiB"), 0, "%s",
+		     dormant_last_error());
+	cr_assert_eq(dormant_options_set_log(o, count_warning, NULL), 0);
+	cr_assert_eq(dormant_new(o, &m), 0, "%s", dormant_last_error());
+	dormant_options_destroy(o);
+	if (strcmp(dormant_backend_name(m), "host") != 0) {
+		dormant_destroy(m);
+		cr_skip_test("DORMANT_HOST_CHECKSUM is the host backend's");
+	}
+	w = alloc_keep(m, "w", 3 * CHUNK);
+	fill(m, w, 3 * CHUNK, 16);
+	cr_expect_eq(dormant_debug_checksum(m, w, 64, 0, sum), -ENOTSUP);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		sleep_ok(m, &rep);
+		cr_expect_eq(rep.bytes_unchanged, 0, "nothing vouches for unchanged bytes");
+		cr_expect_eq(rep.bytes_copied, 3 * CHUNK);
+		wake_ok(m, &rep);
+		cr_expect_eq(rep.chunks_verified, 0);
+		cr_expect(holds(m, w, 3 * CHUNK, 16));
+	}
+	cr_expect_eq(kernel_warnings, 1, "said once, not per transition: %d", kernel_warnings);
+	dormant_destroy(m);
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA backend's private parts (backend_cuda.c), shared with its
+ * checksum kernel's code (backend_cuda_checksum.c). Only with cuda.h.
+ */
+#ifndef DORMANT_BACKEND_CUDA_H
+#define DORMANT_BACKEND_CUDA_H
+
+#include <cuda.h>
+#include <pthread.h>
+
+#include "backend.h"
+
+#define CUDA_FN(name) __typeof__(&name) name
+
+struct cuda_api {
+	void *library;
+	CUDA_FN(cuInit);
+	CUDA_FN(cuGetErrorName);
+	CUDA_FN(cuGetErrorString);
+	CUDA_FN(cuDeviceGetCount);
+	CUDA_FN(cuDeviceGet);
+	CUDA_FN(cuDevicePrimaryCtxRetain);
+	CUDA_FN(cuDevicePrimaryCtxRelease);
+	CUDA_FN(cuCtxGetCurrent);
+	CUDA_FN(cuCtxSetCurrent);
+	CUDA_FN(cuCtxGetDevice);
+	CUDA_FN(cuCtxSynchronize);
+	CUDA_FN(cuMemGetAllocationGranularity);
+	CUDA_FN(cuMemAddressReserve);
+	CUDA_FN(cuMemAddressFree);
+	CUDA_FN(cuMemCreate);
+	CUDA_FN(cuMemRelease);
+	CUDA_FN(cuMemMap);
+	CUDA_FN(cuMemUnmap);
+	CUDA_FN(cuMemSetAccess);
+	CUDA_FN(cuMemHostRegister);
+	CUDA_FN(cuMemHostUnregister);
+	CUDA_FN(cuStreamCreate);
+	CUDA_FN(cuStreamDestroy);
+	CUDA_FN(cuEventCreate);
+	CUDA_FN(cuEventDestroy);
+	CUDA_FN(cuEventRecord);
+	CUDA_FN(cuEventSynchronize);
+	CUDA_FN(cuMemcpyDtoHAsync);
+	CUDA_FN(cuMemcpyHtoDAsync);
+	CUDA_FN(cuMemsetD8Async);
+	CUDA_FN(cuMemGetInfo);
+	/* the checksum kernel (checksum.h) */
+	CUDA_FN(cuModuleLoadData);
+	CUDA_FN(cuModuleGetFunction);
+	CUDA_FN(cuModuleUnload);
+	CUDA_FN(cuLaunchKernel);
+	CUDA_FN(cuMemAlloc);
+	CUDA_FN(cuMemFree);
+	CUDA_FN(cuStreamSynchronize);
+	CUDA_FN(cuStreamWaitEvent);
+};
+
+/* A device's checksum kernel, loaded on first use. */
+struct cuda_checksum {
+	pthread_mutex_t lock;
+	bool tried;
+	int error; /* loading failed: -ENOTSUP, message kept */
+	char message[DORMANT_ERROR_MAX];
+	CUmodule module;
+	CUfunction kernel;
+};
+
+struct cuda_backend {
+	struct backend base;
+	struct cuda_api api;
+	int device_count;
+	pthread_mutex_t lock; /* guards contexts[] creation */
+	CUdevice devices[DORMANT_DEVICES_MAX];
+	_Atomic(CUcontext) contexts[DORMANT_DEVICES_MAX];
+	struct cuda_checksum checksum[DORMANT_DEVICES_MAX];
+};
+
+static inline struct cuda_backend *cuda(struct backend *b)
+{
+	return (struct cuda_backend *)b;
+}
+
+/* The one place where a CUresult becomes an errno (and a message). */
+int cuda_result(struct cuda_backend *c, CUresult result, const char *call);
+#define CALL(c, fn, ...) cuda_result((c), (c)->api.fn(__VA_ARGS__), #fn)
+
+/* Make device's primary context current; *saved receives the caller's. */
+int context_enter(struct cuda_backend *c, int device, CUcontext *saved);
+void context_leave(struct cuda_backend *c, CUcontext saved);
+
+/* The checksum ops (backend.h), in backend_cuda_checksum.c. */
+int cuda_checksum(struct backend *b, int device, const struct checksum_range *ranges,
+		  size_t count, void *stream, struct checksum *out);
+int cuda_checksum_start(struct backend *b, int device, const struct checksum_range *ranges,
+			size_t count, const size_t *groups, size_t group_count, void *stream,
+			void **ret_job);
+int cuda_checksum_queue(struct backend *b, int device, void *job, size_t g, void *event);
+int cuda_checksum_finish(struct backend *b, int device, void *job, struct checksum *out);
+
+#endif
