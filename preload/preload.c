@@ -310,7 +310,7 @@ static void start_locked(void)
 	const char *listen = getenv("DORMANT_LISTEN");
 	const char *port_file = getenv("DORMANT_PORT_FILE");
 	struct dormant_options *opts = NULL;
-	struct dormant_server_options server_opts = { 0 };
+	struct dormant_server_options *server_opts = NULL;
 	struct dormant_server *server = NULL;
 	struct dormant *m = NULL;
 	char why[DORMANT_ERROR_MAX];
@@ -336,10 +336,16 @@ static void start_locked(void)
 		return;
 	}
 	if (listen && *listen && server_is_ours()) {
-		server_opts.listen = listen;
-		server_opts.quiet = true;
-		server_opts.stats_extra = stats_extra;
-		r = dormant_server_start(m, &server_opts, &server);
+		r = dormant_server_options_new(&server_opts);
+		if (r == 0)
+			r = dormant_server_options_set(server_opts, "listen", listen);
+		if (r == 0)
+			r = dormant_server_options_set_int(server_opts, "quiet", 1);
+		if (r == 0)
+			r = dormant_server_options_set_stats_extra(server_opts, stats_extra, NULL);
+		if (r == 0)
+			r = dormant_server_start(m, server_opts, &server);
+		dormant_server_options_destroy(server_opts);
 		if (r < 0) {
 			refuse_locked("serving on %s: %s", listen, dormant_last_error());
 			dormant_destroy(m);

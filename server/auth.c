@@ -10,17 +10,15 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "options.h"
 
 static bool is_space(char c)
 {
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
-/* Check a token and keep a copy. what names its source for messages. */
-static int token_take(const char *text, size_t len, const char *what, char **ret)
+int auth_token_check(const char *text, size_t len, const char *what)
 {
-	char *copy;
-
 	if (len == 0)
 		return error_set(-EINVAL, "the token from %s is empty", what);
 	if (len > AUTH_TOKEN_MAX)
@@ -31,6 +29,17 @@ static int token_take(const char *text, size_t len, const char *what, char **ret
 			return error_set(-EINVAL,
 					 "the token from %s has a character that is not visible ASCII",
 					 what);
+	return 0;
+}
+
+/* Check a token and keep a copy. what names its source for messages. */
+static int token_take(const char *text, size_t len, const char *what, char **ret)
+{
+	char *copy;
+	int r = auth_token_check(text, len, what);
+
+	if (r < 0)
+		return r;
 	copy = strndup(text, len);
 	if (!copy)
 		return error_set(-ENOMEM, "out of host memory");
@@ -74,20 +83,22 @@ static int token_from_file(const char *path, const char *what, char **ret)
 	return r;
 }
 
-int auth_token_load(const struct dormant_server_options *opts, char **ret_token)
+int auth_token_load(const struct dormant_server_options *resolved, char **ret_token)
 {
-	const char *env;
+	const struct dormant_server_options *o = resolved;
 	char *token = NULL;
 	int r = 0;
 
-	if (opts && opts->token)
-		r = token_take(opts->token, strlen(opts->token), "the token option", &token);
-	else if (opts && opts->token_file)
-		r = token_from_file(opts->token_file, "the token_file option", &token);
-	else if ((env = getenv("DORMANT_TOKEN")) && *env)
-		r = token_take(env, strlen(env), "$DORMANT_TOKEN", &token);
-	else if ((env = getenv("DORMANT_TOKEN_FILE")) && *env)
-		r = token_from_file(env, "$DORMANT_TOKEN_FILE", &token);
+	if (o->token)
+		r = token_take(o->token, strlen(o->token),
+			       server_option_from_env(o, "token") ? "$DORMANT_TOKEN"
+								  : "the token option",
+			       &token);
+	else if (o->token_file)
+		r = token_from_file(o->token_file,
+				    server_option_from_env(o, "token_file") ? "$DORMANT_TOKEN_FILE"
+									    : "the token_file option",
+				    &token);
 	if (r < 0)
 		return r;
 	*ret_token = token;

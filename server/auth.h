@@ -11,13 +11,18 @@
 /* Longest token accepted. */
 #define AUTH_TOKEN_MAX 1024
 
+/* Whether text[0..len) is a token we take (1 to AUTH_TOKEN_MAX visible ASCII
+ * characters); what names its source for the message. 0 or -EINVAL. */
+int auth_token_check(const char *text, size_t len, const char *what);
+
 /*
- * Find the token as dormant-server.h describes (option, token file,
- * $DORMANT_TOKEN, $DORMANT_TOKEN_FILE). *ret_token is a malloc()ed copy, or
- * NULL when no token is configured. Returns -EINVAL (bad token, unreadable
- * or empty file), -ENOMEM.
+ * Find the token of resolved options (server_options_resolve(): the token
+ * option, else the token file's contents, each from $DORMANT_TOKEN /
+ * $DORMANT_TOKEN_FILE when the caller set neither). *ret_token is a
+ * malloc()ed copy, or NULL when no token is configured. Returns -EINVAL (bad
+ * token, unreadable or empty file), -ENOMEM.
  */
-int auth_token_load(const struct dormant_server_options *opts, char **ret_token);
+int auth_token_load(const struct dormant_server_options *resolved, char **ret_token);
 
 /* Whether an Authorization header value carries token, as "Bearer TOKEN".
  * The comparison takes the same time whatever the header holds. */

@@ -36,64 +36,102 @@ typedef int (*dormant_stats_extra_fn)(void *userdata, char *buf, size_t size);
  * Returns the length written, or a negative errno. Called on server threads. */
 typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
 
-struct dormant_server_options {
-	/* "host:port" to listen on; port 0 picks a free port (read it back with
-	 * dormant_server_port()). NULL: "127.0.0.1:8787". IPv6 as "[::1]:8787".
-	 * The host may be a name; the first address it resolves to is used. */
-	const char *listen;
-	/* Listen on this Unix socket path instead of TCP (at most 107 bytes).
-	 * The socket is created with mode 0600; a stale socket left at the path
-	 * (nothing accepts on it) is replaced, any other file is an error. */
-	const char *unix_path;
-	/* Bearer token (1 to 1024 visible ASCII characters), looked for in this
-	 * order: token, the contents of token_file (surrounding white space
-	 * trimmed), $DORMANT_TOKEN, the contents of $DORMANT_TOKEN_FILE. None of
-	 * them: no authentication. */
-	const char *token;
-	const char *token_file;
-	/* Leave /healthz, /readyz and /metrics open when a token is set. */
-	bool open_probes;
-	/* Threads that answer requests. 0: 4. At most 256. A sleep or wake runs
-	 * on a thread of its own meanwhile, so it holds none of them up. */
-	unsigned threads;
-	/* Concurrent connections, at least threads. 0: 64. At most 65536.
-	 * When a new connection would go over it, the connection that has
-	 * waited longest for a request (idle keep-alive, or a request still
-	 * arriving) is closed to make room; connections whose request is being
-	 * answered are never closed so. Only when every connection is being
-	 * answered is the new one closed instead. A probe therefore always
-	 * gets in, however many stalled connections are open. */
-	unsigned max_connections;
-	/* Idle seconds before a connection is closed (also while an answer is
-	 * being sent). 0: 30. At most 86400. */
-	unsigned connection_timeout_s;
-	/* No access log on stderr. */
-	bool quiet;
-	dormant_stats_extra_fn stats_extra;
-	void *stats_extra_userdata;
-	/* Added after the first release: appended to /metrics. */
-	dormant_metrics_extra_fn metrics_extra;
-	void *metrics_extra_userdata;
-	/* Added later. Connections of one client address (all of loopback is
-	 * one address, as are all clients of a Unix socket) at once. 0: 32. At most max_connections. Over it, the
-	 * connection of that client that has waited longest for a request is
-	 * closed to make room, as for max_connections, so a client flooding
-	 * the server closes its own connections first and leaves the rest of
-	 * max_connections to the others. */
-	unsigned max_connections_per_ip;
-	/* Seconds a connection has, from its opening or from its previous
-	 * answer, to deliver a whole request (line, headers, body); then it is
-	 * closed. Bounds slow clients and idle keep-alive connections. 0: 10.
-	 * At most 86400. */
-	unsigned request_timeout_s;
-	/* The fault switch, a test tool for rehearsing device failures over
-	 * HTTP: rules "WHEN:OP[:NTH[:ERROR[:TIMES]]]" separated by commas (see
-	 * docs/testing.md), e.g. "wake:create" (the next wake's first memory
-	 * creation fails with ENOMEM) or "sleep:copy:2:EIO:0" (every sleep's
-	 * second copy fails). NULL: $DORMANT_FAULTS if set; "" or no variable:
-	 * none (the default). */
-	const char *faults;
-};
+/*
+ * The server's options: an object the library allocates and the caller fills
+ * by name, so that options are added without breaking programs built before
+ * (docs/design.md, "ABI"). Every option has a default, some an environment
+ * variable read when the caller did not set the option; the table in
+ * server/options.c lists them, and so do dormant_server_option_name() and
+ * friends below, `dormantd --help` and docs/http.md:
+ *
+ *   listen                  HOST:PORT, default 127.0.0.1:8787; IPv6 as [::1]:PORT;
+ *                           port 0 picks a free port (dormant_server_port()); a host
+ *                           name: the first address it resolves to
+ *   unix_path               listen on this Unix socket instead (at most 107 bytes;
+ *                           mode 0600; a stale socket at the path, which nothing
+ *                           accepts on, is replaced, any other file is an error);
+ *                           not with listen
+ *   token                   bearer token, 1 to 1024 visible ASCII characters
+ *   token_file              a file holding it (surrounding white space trimmed);
+ *                           token, else token_file; when neither is set,
+ *                           $DORMANT_TOKEN, else the contents of $DORMANT_TOKEN_FILE;
+ *                           none of them: no authentication
+ *   open_probes             bool: /healthz, /readyz, /metrics open when a token is set
+ *   threads                 1 to 256, default 4: threads that answer requests (a
+ *                           sleep or wake runs on a thread of its own meanwhile)
+ *   max_connections         threads to 65536, default 64. When a new connection
+ *                           would go over it, the connection that has waited longest
+ *                           for a request (idle keep-alive, or a request still
+ *                           arriving) is closed to make room; connections whose
+ *                           request is being answered never are. Only when every
+ *                           connection is being answered is the new one closed
+ *                           instead, so a probe always gets in.
+ *   max_connections_per_ip  1 to max_connections, default 32 (or max_connections if
+ *                           smaller): connections of one client address (all of
+ *                           loopback is one, as are all clients of a Unix socket);
+ *                           over it that client's longest waiting one is closed
+ *   connection_timeout_s    1 to 86400, default 30: idle seconds before a
+ *                           connection is closed (also while an answer is sent)
+ *   request_timeout_s       1 to 86400, default 10: seconds a connection has, from
+ *                           its opening or its previous answer, to deliver a whole
+ *                           request (line, headers, body)
+ *   quiet                   bool: no access log on stderr
+ *   faults                  the fault switch, a test tool: rules
+ *                           "WHEN:OP[:NTH[:ERROR[:TIMES]]]" separated by commas
+ *                           (docs/testing.md), e.g. "wake:create" or
+ *                           "sleep:copy:2:EIO:0"; default $DORMANT_FAULTS, else none
+ *                           ("" sets none)
+ *   publish                 0 (default), 1 or an absolute directory: publish a
+ *                           discovery record at start (dormant_server_publish());
+ *                           default $DORMANT_PUBLISH
+ *
+ * Bools take true/false, 1/0, yes/no, on/off.
+ */
+struct dormant_server_options;
+
+/* A fresh object: every option at its default (or its environment variable,
+ * read at start). Free it with dormant_server_options_destroy(). */
+DORMANT_EXPORT int dormant_server_options_new(struct dormant_server_options **ret);
+DORMANT_EXPORT void dormant_server_options_destroy(struct dormant_server_options *o);
+
+/* Set option name from text (the object keeps a copy); value NULL returns it
+ * to its default. An unknown name or a bad value: -EINVAL with a message
+ * naming both, and the option is unchanged. Values are checked here as far
+ * as they can be alone; across options, and token files, at start. */
+DORMANT_EXPORT int dormant_server_options_set(struct dormant_server_options *o,
+					      const char *name, const char *value);
+/* The same for a number (bool options: 0 false, else true). */
+DORMANT_EXPORT int dormant_server_options_set_int(struct dormant_server_options *o,
+						  const char *name, long long value);
+/* Apply "name=value,name=value..." (white space around pairs ignored; a
+ * piece without '=' continues the value before it, as in
+ * "faults=wake:create,sleep:copy,threads=2"). All or nothing: one bad pair
+ * and no option changes. */
+DORMANT_EXPORT int dormant_server_options_parse(struct dormant_server_options *o,
+						const char *text);
+/* Write the value option name would start with (set, else its environment
+ * variable, else its default; "" for a text option with none) into buf.
+ * o may be NULL (defaults). Returns its length, -EINVAL (unknown name, bad
+ * environment variable), -ENOSPC. */
+DORMANT_EXPORT int dormant_server_options_get(const struct dormant_server_options *o,
+					      const char *name, char *buf, size_t size);
+
+/* The callbacks: GET /stats's "extra" member, lines appended to /metrics. */
+DORMANT_EXPORT int dormant_server_options_set_stats_extra(struct dormant_server_options *o,
+							  dormant_stats_extra_fn fn,
+							  void *userdata);
+DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_server_options *o,
+							    dormant_metrics_extra_fn fn,
+							    void *userdata);
+
+/* The options this library knows, for i from 0 until the name is NULL: the
+ * name, the type ("text", "int" or "bool"), the default (as text, or how it
+ * is computed), the environment variable (NULL: none), one doc line. */
+DORMANT_EXPORT const char *dormant_server_option_name(size_t i);
+DORMANT_EXPORT const char *dormant_server_option_type(size_t i);
+DORMANT_EXPORT const char *dormant_server_option_default(size_t i);
+DORMANT_EXPORT const char *dormant_server_option_env(size_t i);
+DORMANT_EXPORT const char *dormant_server_option_doc(size_t i);
 
 /*
  * Check options as dormant_server_start() would, without a manager and
@@ -103,7 +141,8 @@ struct dormant_server_options {
 DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts);
 
 /*
- * Start serving m. opts may be NULL (defaults). m must outlive the server.
+ * Start serving m. opts may be NULL (defaults); it is only read, and may be
+ * destroyed once this returns. m must outlive the server.
  * The caller owns *ret and frees it with dormant_server_stop().
  * Returns -EINVAL (bad options, unreadable token file), -EADDRINUSE,
  * -EACCES, -ENOMEM, -EIO.
@@ -134,7 +173,8 @@ DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s
  * user's). role NULL: $DORMANT_ROLE, else none; 1 to 63 of
  * [A-Za-z0-9_.:-]. Publishing again replaces the record; dormant_server_stop()
  * removes it first thing. dormant_server_start() publishes by itself when
- * $DORMANT_PUBLISH is 1 (default directory) or an absolute directory path.
+ * the publish option ($DORMANT_PUBLISH) is 1 (default directory) or an
+ * absolute directory path.
  * Returns -EINVAL (bad role), -EPERM (a /tmp directory of another user),
  * -ENOTDIR, -ENAMETOOLONG, -ENOMEM, or the errno of the failed file operation.
  * Thread-safe.

@@ -46,18 +46,12 @@
 #include "discovery.h"
 #include "dormant-server.h"
 #include "faults.h"
+#include "options.h"
 #include "routes.h"
 #include "common.h"
 
-#define DEFAULT_LISTEN "127.0.0.1:8787"
-#define DEFAULT_THREADS 4
-#define MAX_THREADS 256
-#define DEFAULT_MAX_CONNECTIONS 64
+/* libmicrohttpd's own connection limit is at most this */
 #define MAX_CONNECTIONS 65536
-#define DEFAULT_MAX_PER_IP 32
-#define DEFAULT_TIMEOUT_S 30
-#define DEFAULT_REQUEST_TIMEOUT_S 10
-#define MAX_TIMEOUT_S 86400
 /* How long stop waits for responses already answered to be sent. */
 #define STOP_FLUSH_S 2.0
 /* Longest path kept for the access log. */
@@ -641,44 +635,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- listening ----------------------------------------------------------- */
 
-/* Split "host:port" or "[v6]:port". */
-static int listen_parse(const char *listen, char *host, size_t host_size, char *port,
-			size_t port_size)
-{
-	const char *colon, *host_start = listen, *host_end;
-	char *end;
-	unsigned long value;
-
-	if (listen[0] == '[') {
-		host_start = listen + 1;
-		host_end = strchr(host_start, ']');
-		if (!host_end || host_end[1] != ':')
-			return error_set(-EINVAL, "listen address '%.64s' is not [IPv6]:PORT",
-					 listen);
-		colon = host_end + 1;
-	} else {
-		colon = strrchr(listen, ':');
-		if (!colon || memchr(listen, ':', (size_t)(colon - listen)))
-			return error_set(-EINVAL,
-					 "listen address '%.64s' is not HOST:PORT (IPv6 as [::1]:PORT)",
-					 listen);
-		host_end = colon;
-	}
-	if (host_end == host_start || (size_t)(host_end - host_start) >= host_size)
-		return error_set(-EINVAL, "listen address '%.64s' has no host or too long a one",
-				 listen);
-	errno = 0;
-	value = strtoul(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || *end || value > 65535 || colon[1] == '-' ||
-	    colon[1] == '+' || strlen(colon + 1) >= port_size)
-		return error_set(-EINVAL, "listen address '%.64s' has no port from 0 to 65535",
-				 listen);
-	memcpy(host, host_start, (size_t)(host_end - host_start));
-	host[host_end - host_start] = '\0';
-	snprintf(port, port_size, "%lu", value);
-	return 0;
-}
-
 static int socket_errno(int err, const char *what, const char *where)
 {
 	int r = err == EADDRINUSE || err == EACCES || err == ENOMEM ? -err : -EIO;
@@ -818,112 +774,6 @@ static void unix_path_remove(struct dormant_server *s)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-struct limits {
-	unsigned threads, connections, per_ip, timeout_s, request_timeout_s;
-};
-
-static int options_check(const struct dormant_server_options *o, struct limits *l)
-{
-	unsigned *threads = &l->threads, *connections = &l->connections,
-		 *timeout_s = &l->timeout_s;
-
-	*threads = o->threads ? o->threads : DEFAULT_THREADS;
-	*connections = o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS;
-	*timeout_s = o->connection_timeout_s ? o->connection_timeout_s : DEFAULT_TIMEOUT_S;
-	l->request_timeout_s = o->request_timeout_s ? o->request_timeout_s
-						    : DEFAULT_REQUEST_TIMEOUT_S;
-	l->per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : DEFAULT_MAX_PER_IP;
-	/* the default share follows a smaller limit of all */
-	if (!o->max_connections_per_ip && l->per_ip > *connections)
-		l->per_ip = *connections;
-	if (*threads > MAX_THREADS)
-		return error_set(-EINVAL, "threads must be at most %d", MAX_THREADS);
-	if (*connections > MAX_CONNECTIONS)
-		return error_set(-EINVAL, "max_connections must be at most %d", MAX_CONNECTIONS);
-	/* libmicrohttpd shares the limit out among its threads */
-	if (*connections < *threads)
-		return error_set(-EINVAL, "max_connections (%u) must be at least threads (%u)",
-				 *connections, *threads);
-	if (*timeout_s > MAX_TIMEOUT_S)
-		return error_set(-EINVAL, "connection_timeout_s must be at most %d", MAX_TIMEOUT_S);
-	if (l->request_timeout_s > MAX_TIMEOUT_S)
-		return error_set(-EINVAL, "request_timeout_s must be at most %d", MAX_TIMEOUT_S);
-	if (l->per_ip > *connections)
-		return error_set(-EINVAL,
-				 "max_connections_per_ip (%u) must be at most max_connections (%u)",
-				 l->per_ip, *connections);
-	if (o->listen && o->unix_path)
-		return error_set(-EINVAL, "give listen or unix_path, not both");
-	return 0;
-}
-
-/* $DORMANT_PUBLISH: "1" publishes a record in the default directory, a path
- * (starting with "/") in that directory; unset, "" or "0": none. Returns 1
- * (publish, *ret_dir NULL or the directory), 0, or -EINVAL. */
-static int publish_env(const char **ret_dir)
-{
-	const char *env = getenv("DORMANT_PUBLISH");
-
-	*ret_dir = NULL;
-	if (!env || !*env || strcmp(env, "0") == 0)
-		return 0;
-	if (strcmp(env, "1") != 0 && env[0] != '/')
-		return error_set(-EINVAL,
-				 "$DORMANT_PUBLISH is '%.64s': 1, 0, or the absolute path of a "
-				 "directory", env);
-	if (env[0] == '/')
-		*ret_dir = env;
-	return 1;
-}
-
-DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts)
-{
-	static const struct dormant_server_options defaults = { 0 };
-	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
-				  .ai_socktype = SOCK_STREAM };
-	size_t unix_max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
-	struct fault_switch faults;
-	char host[NI_MAXHOST], port[8];
-	struct limits limits;
-	struct addrinfo *ai;
-	char *token = NULL;
-	int r;
-
-	if (!opts)
-		opts = &defaults;
-	r = options_check(opts, &limits);
-	if (r < 0)
-		return r;
-	r = faults_parse(opts->faults ? opts->faults : getenv("DORMANT_FAULTS"), &faults);
-	if (r < 0)
-		return r;
-	r = publish_env(&(const char *){ NULL });
-	if (r < 0)
-		return r;
-	r = auth_token_load(opts, &token);
-	if (r < 0)
-		return r;
-	if (token) {
-		explicit_bzero(token, strlen(token));
-		free(token);
-	}
-	if (opts->unix_path) {
-		if (!*opts->unix_path || strlen(opts->unix_path) > unix_max)
-			return error_set(-EINVAL, "unix socket path must be 1 to %zu bytes",
-					 unix_max);
-		return 0;
-	}
-	r = listen_parse(opts->listen ? opts->listen : DEFAULT_LISTEN, host, sizeof(host), port,
-			 sizeof(port));
-	if (r < 0)
-		return r;
-	r = getaddrinfo(host, port, &hints, &ai);
-	if (r != 0)
-		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(r));
-	freeaddrinfo(ai);
-	return 0;
-}
-
 /* Remove the discovery record, if any. */
 static void record_remove(struct dormant_server *s)
 {
@@ -938,12 +788,13 @@ static void record_remove(struct dormant_server *s)
 	free(path);
 }
 
-static int record_from_environment(struct dormant_server *s)
+/* The publish option: "1" publishes a record in the default directory, an
+ * absolute path in that directory, "0" none. */
+static int record_publish(struct dormant_server *s, const char *publish)
 {
-	const char *dir;
-	int r = publish_env(&dir);
-
-	return r <= 0 ? r : dormant_server_publish(s, dir, NULL);
+	if (!publish || strcmp(publish, "0") == 0)
+		return 0;
+	return dormant_server_publish(s, strcmp(publish, "1") == 0 ? NULL : publish, NULL);
 }
 
 static void server_free(struct dormant_server *s)
@@ -966,8 +817,7 @@ static void server_free(struct dormant_server *s)
 DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_server_options *opts,
 					struct dormant_server **ret)
 {
-	static const struct dormant_server_options defaults = { 0 };
-	struct limits limits;
+	struct dormant_server_options o;
 	unsigned mhd_limit;
 	struct stat st, listen_st;
 	struct dormant_server *s;
@@ -976,42 +826,42 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 
 	if (!m || !ret)
 		return error_set(-EINVAL, "manager or ret is NULL");
-	if (!opts)
-		opts = &defaults;
-	r = options_check(opts, &limits);
+	/* every value checked, from the caller, the environment or the table */
+	r = server_options_resolve(opts, &o);
 	if (r < 0)
 		return r;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return error_set(-ENOMEM, "out of host memory");
-	r = faults_parse(opts->faults ? opts->faults : getenv("DORMANT_FAULTS"), &s->faults);
+	r = faults_parse(o.faults, &s->faults);
 	if (r < 0) {
 		free(s);
 		return r;
 	}
-	conn_table_init(&s->conns, limits.connections, limits.per_ip, limits.request_timeout_s);
+	conn_table_init(&s->conns, o.max_connections, o.max_connections_per_ip,
+			o.request_timeout_s);
 	s->manager = m;
 	s->listen_fd = -1;
-	s->open_probes = opts->open_probes;
-	s->quiet = opts->quiet;
+	s->open_probes = o.open_probes;
+	s->quiet = o.quiet;
 	s->api.manager = m;
-	s->api.stats_extra = opts->stats_extra;
-	s->api.stats_extra_userdata = opts->stats_extra_userdata;
-	s->api.metrics_extra = opts->metrics_extra;
-	s->api.metrics_extra_userdata = opts->metrics_extra_userdata;
+	s->api.stats_extra = o.stats_extra;
+	s->api.stats_extra_userdata = o.stats_extra_userdata;
+	s->api.metrics_extra = o.metrics_extra;
+	s->api.metrics_extra_userdata = o.metrics_extra_userdata;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->idle, &attr);
 	pthread_condattr_destroy(&attr);
 
-	r = auth_token_load(opts, &s->token);
+	r = auth_token_load(&o, &s->token);
 	if (r < 0)
 		goto err;
-	if (opts->unix_path)
-		r = listen_unix(s, opts->unix_path);
+	if (o.unix_path)
+		r = listen_unix(s, o.unix_path);
 	else
-		r = listen_tcp(s, opts->listen ? opts->listen : DEFAULT_LISTEN);
+		r = listen_tcp(s, o.listen);
 	if (r < 0)
 		goto err;
 
@@ -1026,8 +876,8 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	 * it shares out among its threads and enforces by refusing, is set
 	 * above them, so that a connection we close to make room never keeps a
 	 * newer one out while it closes. */
-	mhd_limit = limits.connections > MAX_CONNECTIONS / 2 ? MAX_CONNECTIONS
-							     : 2 * limits.connections + limits.threads;
+	mhd_limit = o.max_connections > MAX_CONNECTIONS / 2 ? MAX_CONNECTIONS
+							  : 2 * o.max_connections + o.threads;
 	atomic_store(&s->starting, true);
 	/*
 	 * poll(), not the epoll that MHD_USE_AUTO picks on Linux. libmicrohttpd
@@ -1048,12 +898,12 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
 		MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-		MHD_OPTION_CONNECTION_TIMEOUT, limits.timeout_s,
+		MHD_OPTION_CONNECTION_TIMEOUT, o.connection_timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
 		/* one thread is the polling thread itself, not a pool */
-		limits.threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, limits.threads,
+		o.threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, o.threads,
 		MHD_OPTION_END);
 	atomic_store(&s->starting, false);
 	if (!s->daemon) {
@@ -1075,7 +925,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	}
 	/* published once it answers, so that a reader never finds a record
 	 * of a server that refuses connections */
-	r = record_from_environment(s);
+	r = record_publish(s, o.publish);
 	if (r < 0) {
 		conn_table_unwatch(&s->conns);
 		MHD_stop_daemon(s->daemon);

@@ -64,6 +64,7 @@ struct config {
 	unsigned request_timeout_s;
 	char faults[FAULTS_MAX]; /* "" if no --fault */
 	char options[OPTIONS_MAX]; /* "" if no --option */
+	char server_options[OPTIONS_MAX]; /* "" if no --server-option */
 };
 
 struct demo {
@@ -114,6 +115,30 @@ static void on_log(enum dormant_log_level level, const char *message, void *user
 	fprintf(stderr, "dormantd: %s: %s\n", names[level], message);
 }
 
+/* One option of a table: name, type, default, variable, and the doc line
+ * wrapped at 78 columns under a 4-space indent. */
+static void option_usage(FILE *f, const char *name, const char *type, const char *def,
+			 const char *env, const char *doc)
+{
+	fprintf(f, "  %-18s %s, default %s%s%s\n", name, type, def, env ? ", $" : "",
+		env ? env : "");
+	while (*doc) {
+		int n = (int)strlen(doc);
+
+		if (n > 74) {
+			n = 74;
+			while (n > 0 && doc[n] != ' ')
+				n--;
+			if (n == 0)
+				n = 74;
+		}
+		fprintf(f, "    %.*s\n", n, doc);
+		doc += n;
+		while (*doc == ' ')
+			doc++;
+	}
+}
+
 static void usage(FILE *f)
 {
 	fputs("Usage: dormantd [OPTION]...\n"
@@ -155,6 +180,9 @@ static void usage(FILE *f)
 	      "  --role NAME           the role in the record (default: $DORMANT_ROLE)\n"
 	      "  --option NAME=VALUE   set a manager option (listed below; after --backend\n"
 	      "                        and --host-mode); may be given many times\n"
+	      "  --server-option NAME=VALUE\n"
+	      "                        set a server option (listed below; after the flags\n"
+	      "                        above); may be given many times\n"
 	      "  -h, --help            show this and exit\n"
 	      "  -V, --version         print the version and exit\n"
 	      "\n"
@@ -166,32 +194,20 @@ static void usage(FILE *f)
 	      "Manager options (--option NAME=VALUE; the environment variable applies when\n"
 	      "the option is not given):\n",
 	      f);
-	/* the library's own table (core/options.c) */
+	/* the library's own tables (core/options.c, server/options.c) */
 	for (size_t i = 0; dormant_option_name(i); i++) {
 		const char *values = dormant_option_values(i);
-		const char *env = dormant_option_env(i);
-		const char *doc = dormant_option_doc(i);
 
-		fprintf(f, "  %-18s %s, default %s%s%s\n", dormant_option_name(i),
-			values ? values : dormant_option_type(i), dormant_option_default(i),
-			env ? ", $" : "", env ? env : "");
-		/* the doc line, wrapped at 78 columns under a 4-space indent */
-		while (*doc) {
-			int n = (int)strlen(doc);
-
-			if (n > 74) {
-				n = 74;
-				while (n > 0 && doc[n] != ' ')
-					n--;
-				if (n == 0)
-					n = 74;
-			}
-			fprintf(f, "    %.*s\n", n, doc);
-			doc += n;
-			while (*doc == ' ')
-				doc++;
-		}
+		option_usage(f, dormant_option_name(i), values ? values : dormant_option_type(i),
+			     dormant_option_default(i), dormant_option_env(i), dormant_option_doc(i));
 	}
+	fputs("\nServer options (--server-option NAME=VALUE; the flags above set some of\n"
+	      "them; the environment variable applies when the option is not given):\n",
+	      f);
+	for (size_t i = 0; dormant_server_option_name(i); i++)
+		option_usage(f, dormant_server_option_name(i), dormant_server_option_type(i),
+			     dormant_server_option_default(i), dormant_server_option_env(i),
+			     dormant_server_option_doc(i));
 }
 
 /* ---- flags --------------------------------------------------------------- */
@@ -273,7 +289,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
 		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
-		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE, OPT_OPTION,
+		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE, OPT_OPTION, OPT_SERVER_OPTION,
 	};
 	static const struct option options[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -297,6 +313,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "publish", optional_argument, NULL, OPT_PUBLISH },
 		{ "role", required_argument, NULL, OPT_ROLE },
 		{ "option", required_argument, NULL, OPT_OPTION },
+		{ "server-option", required_argument, NULL, OPT_SERVER_OPTION },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -417,6 +434,28 @@ static int parse_flags(int argc, char **argv, struct config *c)
 				return -EINVAL;
 			}
 			snprintf(c->options + used, sizeof(c->options) - used, "%s%s",
+				 used ? "," : "", optarg);
+			break;
+		}
+		case OPT_SERVER_OPTION: {
+			size_t used = strlen(c->server_options);
+			struct dormant_server_options *check = NULL;
+			int r = dormant_server_options_new(&check);
+
+			/* checked here, before anything starts */
+			if (r == 0)
+				r = dormant_server_options_parse(check, optarg);
+			dormant_server_options_destroy(check);
+			if (r < 0) {
+				warn("--server-option: %s", dormant_last_error());
+				return -EINVAL;
+			}
+			if (used + strlen(optarg) + 2 > sizeof(c->server_options)) {
+				warn("--server-option: at most %d bytes of options in all",
+				     OPTIONS_MAX - 1);
+				return -EINVAL;
+			}
+			snprintf(c->server_options + used, sizeof(c->server_options) - used, "%s%s",
 				 used ? "," : "", optarg);
 			break;
 		}
@@ -808,31 +847,59 @@ static void demo_finish(struct demo *d)
 	pthread_mutex_destroy(&d->lock);
 }
 
-static void server_options_fill(struct demo *d, struct dormant_server_options *o)
+/* The server's options from the flags; --server-option last, so that it
+ * may override them. 0, or -EINVAL with the message in dormant_last_error(). */
+static int server_options_fill(struct demo *d, struct dormant_server_options **ret)
 {
 	const struct config *c = &d->config;
+	struct dormant_server_options *o;
+	int r;
 
-	*o = (struct dormant_server_options){
-		.listen = c->unix_path ? NULL : c->listen,
-		.unix_path = c->unix_path,
-		.token = c->token,
-		.token_file = c->token_file,
-		.open_probes = c->open_probes,
-		.threads = c->threads,
-		/* the server's default unless more threads need more */
-		.max_connections = c->max_connections ? c->max_connections
-			: c->threads > 64 ? c->threads : 0,
-		.max_connections_per_ip = c->max_connections_per_ip,
-		.connection_timeout_s = c->connection_timeout_s,
-		.request_timeout_s = c->request_timeout_s,
-		/* no --fault: $DORMANT_FAULTS, as for any embedded server */
-		.faults = c->faults[0] ? c->faults : NULL,
-		.quiet = c->quiet,
-		.stats_extra = stats_extra,
-		.stats_extra_userdata = d,
-		.metrics_extra = metrics_extra,
-		.metrics_extra_userdata = d,
-	};
+	r = dormant_server_options_new(&o);
+	if (r < 0)
+		return r;
+	if (c->listen && !c->unix_path)
+		r = dormant_server_options_set(o, "listen", c->listen);
+	if (r == 0 && c->unix_path)
+		r = dormant_server_options_set(o, "unix_path", c->unix_path);
+	if (r == 0 && c->token)
+		r = dormant_server_options_set(o, "token", c->token);
+	if (r == 0 && c->token_file)
+		r = dormant_server_options_set(o, "token_file", c->token_file);
+	if (r == 0 && c->open_probes)
+		r = dormant_server_options_set_int(o, "open_probes", 1);
+	if (r == 0)
+		r = dormant_server_options_set_int(o, "threads", c->threads);
+	/* the server's default unless more threads need more */
+	if (r == 0 && (c->max_connections || c->threads > 64))
+		r = dormant_server_options_set_int(o, "max_connections",
+						   c->max_connections ? c->max_connections
+								      : c->threads);
+	if (r == 0 && c->max_connections_per_ip)
+		r = dormant_server_options_set_int(o, "max_connections_per_ip",
+						   c->max_connections_per_ip);
+	if (r == 0 && c->connection_timeout_s)
+		r = dormant_server_options_set_int(o, "connection_timeout_s",
+						   c->connection_timeout_s);
+	if (r == 0 && c->request_timeout_s)
+		r = dormant_server_options_set_int(o, "request_timeout_s", c->request_timeout_s);
+	/* no --fault: $DORMANT_FAULTS, as for any embedded server */
+	if (r == 0 && c->faults[0])
+		r = dormant_server_options_set(o, "faults", c->faults);
+	if (r == 0 && c->quiet)
+		r = dormant_server_options_set_int(o, "quiet", 1);
+	if (r == 0 && c->server_options[0])
+		r = dormant_server_options_parse(o, c->server_options);
+	if (r == 0)
+		r = dormant_server_options_set_stats_extra(o, stats_extra, d);
+	if (r == 0)
+		r = dormant_server_options_set_metrics_extra(o, metrics_extra, d);
+	if (r < 0) {
+		dormant_server_options_destroy(o);
+		return r;
+	}
+	*ret = o;
+	return 0;
 }
 
 /* bytes as "1.5 GiB", "64 MiB" or "17 bytes" into buf. */
@@ -908,7 +975,7 @@ static int sizes_check(struct demo *d)
 
 int main(int argc, char **argv)
 {
-	struct dormant_server_options server_options = { 0 };
+	struct dormant_server_options *server_options = NULL;
 	struct dormant_server *server = NULL;
 	struct demo d = { 0 };
 	bool trainer_started = false;
@@ -927,9 +994,10 @@ int main(int argc, char **argv)
 	if (r < 0)
 		return 2;
 	/* Everything the flags say is checked before the backend starts. */
-	server_options_fill(&d, &server_options);
-	if (dormant_server_options_check(&server_options) < 0) {
+	if (server_options_fill(&d, &server_options) < 0 ||
+	    dormant_server_options_check(server_options) < 0) {
 		warn("%s", dormant_last_error());
+		dormant_server_options_destroy(server_options);
 		return 2;
 	}
 	pthread_mutex_init(&d.lock, NULL);
@@ -954,7 +1022,9 @@ int main(int argc, char **argv)
 	}
 	trainer_started = true;
 
-	r = dormant_server_start(d.m, &server_options, &server);
+	r = dormant_server_start(d.m, server_options, &server);
+	dormant_server_options_destroy(server_options);
+	server_options = NULL;
 	if (r < 0) {
 		warn("starting the HTTP server: %s", dormant_last_error());
 		goto out;
@@ -987,6 +1057,7 @@ int main(int argc, char **argv)
 	status = atomic_load(&d.mismatches) ? 3 : EXIT_SUCCESS;
 
 out:
+	dormant_server_options_destroy(server_options); /* NULL once started */
 	/* The server first: a sleep or wake in flight runs to its end. */
 	dormant_server_stop(server);
 	if (server && d.config.port_file)

@@ -46,18 +46,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	manager = fuzz_scene_new();
 	for (int i = 0; i < 2; i++) {
 		char path[64];
-		struct dormant_server_options so = {
-			.unix_path = path,
-			.token = i ? "s3cret" : NULL,
-			.open_probes = i == 1,
-			.threads = 2,
-			.max_connections = 256,
-			.connection_timeout_s = 1,
-			.quiet = true,
-		};
+		struct dormant_server_options *so = NULL;
+		int r;
 
 		snprintf(path, sizeof(path), "%s/%d.sock", folder, i);
-		if (dormant_server_start(manager, &so, &servers[i]) < 0) {
+		r = dormant_server_options_new(&so);
+		if (r == 0)
+			r = dormant_server_options_set(so, "unix_path", path);
+		if (r == 0 && i)
+			r = dormant_server_options_set(so, "token", "s3cret");
+		if (r == 0)
+			r = dormant_server_options_set_int(so, "open_probes", i == 1);
+		if (r == 0)
+			r = dormant_server_options_parse(so, "threads=2,max_connections=256,"
+						       "connection_timeout_s=1,quiet=true");
+		if (r == 0)
+			r = dormant_server_start(manager, so, &servers[i]);
+		dormant_server_options_destroy(so);
+		if (r < 0) {
 			fprintf(stderr, "fuzz_server: server: %s\n", dormant_last_error());
 			abort();
 		}

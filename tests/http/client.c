@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <stddef.h>
 #include "client.h"
 
 #include <criterion/criterion.h>
@@ -53,11 +54,90 @@ bool grads_zero(struct fixture *f)
 	return ok;
 }
 
+int test_server_options_make(const struct test_server_options *t,
+			     struct dormant_server_options **ret)
+{
+	static const struct {
+		const char *name;
+		size_t offset;
+	} texts[] = {
+		{ "listen", offsetof(struct test_server_options, listen) },
+		{ "unix_path", offsetof(struct test_server_options, unix_path) },
+		{ "token", offsetof(struct test_server_options, token) },
+		{ "token_file", offsetof(struct test_server_options, token_file) },
+		{ "faults", offsetof(struct test_server_options, faults) },
+	}, numbers[] = {
+		{ "threads", offsetof(struct test_server_options, threads) },
+		{ "max_connections", offsetof(struct test_server_options, max_connections) },
+		{ "connection_timeout_s",
+		  offsetof(struct test_server_options, connection_timeout_s) },
+		{ "max_connections_per_ip",
+		  offsetof(struct test_server_options, max_connections_per_ip) },
+		{ "request_timeout_s", offsetof(struct test_server_options, request_timeout_s) },
+	};
+	struct dormant_server_options *o;
+	int r = dormant_server_options_new(&o);
+
+	for (size_t i = 0; r == 0 && i < sizeof(texts) / sizeof(texts[0]); i++) {
+		const char *v = *(const char *const *)((const char *)t + texts[i].offset);
+
+		if (v)
+			r = dormant_server_options_set(o, texts[i].name, v);
+	}
+	for (size_t i = 0; r == 0 && i < sizeof(numbers) / sizeof(numbers[0]); i++) {
+		unsigned v = *(const unsigned *)((const char *)t + numbers[i].offset);
+
+		if (v)
+			r = dormant_server_options_set_int(o, numbers[i].name, v);
+	}
+	if (r == 0 && t->open_probes)
+		r = dormant_server_options_set_int(o, "open_probes", 1);
+	if (r == 0 && t->quiet)
+		r = dormant_server_options_set_int(o, "quiet", 1);
+	if (r == 0)
+		r = dormant_server_options_set_stats_extra(o, t->stats_extra,
+							   t->stats_extra_userdata);
+	if (r == 0)
+		r = dormant_server_options_set_metrics_extra(o, t->metrics_extra,
+							     t->metrics_extra_userdata);
+	if (r < 0) {
+		dormant_server_options_destroy(o);
+		return r;
+	}
+	*ret = o;
+	return 0;
+}
+
+int test_server_start(struct dormant *m, const struct test_server_options *t,
+		      struct dormant_server **ret)
+{
+	struct dormant_server_options *o = NULL;
+	int r = t ? test_server_options_make(t, &o) : 0;
+
+	if (r < 0)
+		return r;
+	r = dormant_server_start(m, o, ret);
+	dormant_server_options_destroy(o);
+	return r;
+}
+
+int test_server_check(const struct test_server_options *t)
+{
+	struct dormant_server_options *o = NULL;
+	int r = t ? test_server_options_make(t, &o) : 0;
+
+	if (r < 0)
+		return r;
+	r = dormant_server_options_check(o);
+	dormant_server_options_destroy(o);
+	return r;
+}
+
 void fixture_start(struct fixture *f, const struct fixture_config *config)
 {
 	static const struct fixture_config defaults = { 0 };
 	struct dormant_options *options = NULL;
-	struct dormant_server_options server;
+	struct test_server_options server;
 	unsigned char *dirty;
 
 	if (!config)
@@ -97,7 +177,7 @@ void fixture_start(struct fixture *f, const struct fixture_config *config)
 	if (!server.listen && !server.unix_path)
 		server.listen = "127.0.0.1:0";
 	server.quiet = !config->access_log; /* the access log has its own test */
-	cr_assert_eq(dormant_server_start(f->m, &server, &f->server), 0, "%s",
+	cr_assert_eq(test_server_start(f->m, &server, &f->server), 0, "%s",
 		     dormant_last_error());
 	if (server.unix_path) {
 		snprintf(f->base, sizeof(f->base), "http://localhost");

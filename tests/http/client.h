@@ -23,10 +23,42 @@ struct fixture {
 	char unix_path[108];
 };
 
+/* The server's options as the tests write them (designated initializers;
+ * NULL, 0 and false: not set), turned into the library's options object by
+ * test_server_options_make(). */
+struct test_server_options {
+	const char *listen;
+	const char *unix_path;
+	const char *token;
+	const char *token_file;
+	bool open_probes;
+	unsigned threads;
+	unsigned max_connections;
+	unsigned connection_timeout_s;
+	bool quiet;
+	dormant_stats_extra_fn stats_extra;
+	void *stats_extra_userdata;
+	dormant_metrics_extra_fn metrics_extra;
+	void *metrics_extra_userdata;
+	unsigned max_connections_per_ip;
+	unsigned request_timeout_s;
+	const char *faults;
+};
+
+/* Set what t sets on a fresh object, in the order above; the first
+ * setter's error is returned (nothing made). */
+int test_server_options_make(const struct test_server_options *t,
+			     struct dormant_server_options **ret);
+/* dormant_server_start() / dormant_server_options_check() with t (NULL:
+ * NULL), or the first setter's error. */
+int test_server_start(struct dormant *m, const struct test_server_options *t,
+		      struct dormant_server **ret);
+int test_server_check(const struct test_server_options *t);
+
 struct fixture_config {
 	int guard_timeout_ms;  /* 0: the library's default */
 	size_t chunk_bytes;    /* 0: default */
-	struct dormant_server_options server; /* listen defaults to 127.0.0.1:0 */
+	struct test_server_options server; /* listen defaults to 127.0.0.1:0 */
 	bool no_server;
 	bool no_tags;
 	bool access_log; /* else the server is quiet */

@@ -153,12 +153,12 @@ Test(faults, bad_rules_are_refused)
 
 	fixture_start(&f, &config);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		struct dormant_server_options opts = { .listen = "127.0.0.1:0", .faults = bad[i],
+		struct test_server_options opts = { .listen = "127.0.0.1:0", .faults = bad[i],
 						       .quiet = true };
 		struct dormant_server *s = NULL;
 
-		cr_assert_eq(dormant_server_options_check(&opts), -EINVAL, "'%s' checked", bad[i]);
-		cr_assert_eq(dormant_server_start(f.m, &opts, &s), -EINVAL, "'%s' started", bad[i]);
+		cr_assert_eq(test_server_check(&opts), -EINVAL, "'%s' checked", bad[i]);
+		cr_assert_eq(test_server_start(f.m, &opts, &s), -EINVAL, "'%s' started", bad[i]);
 		cr_assert_null(s);
 		cr_assert(strstr(dormant_last_error(), "fault"), "%s", dormant_last_error());
 	}

@@ -22,14 +22,14 @@ TestSuite(server, .timeout = 60);
 
 /* ---- options ------------------------------------------------------------- */
 
-static int start_with(struct fixture *f, const struct dormant_server_options *opts)
+static int start_with(struct fixture *f, const struct test_server_options *opts)
 {
 	struct fixture_config config = { .no_server = true };
 	struct dormant_server *s = NULL;
 	int r;
 
 	fixture_start(f, &config);
-	r = dormant_server_start(f->m, opts, &s);
+	r = test_server_start(f->m, opts, &s);
 	if (r == 0)
 		dormant_server_stop(s);
 	return r;
@@ -44,54 +44,54 @@ Test(server, bad_options)
 	struct fixture f;
 
 	for (size_t i = 0; i < sizeof(bad_listen) / sizeof(bad_listen[0]); i++) {
-		struct dormant_server_options o = { .listen = bad_listen[i], .quiet = true };
+		struct test_server_options o = { .listen = bad_listen[i], .quiet = true };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL, "%s: %s", bad_listen[i],
 			     dormant_last_error());
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0", .threads = 100000 };
+		struct test_server_options o = { .listen = "127.0.0.1:0", .threads = 100000 };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0", .threads = 8,
+		struct test_server_options o = { .listen = "127.0.0.1:0", .threads = 8,
 						    .max_connections = 4 };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+		struct test_server_options o = { .listen = "127.0.0.1:0",
 						    .connection_timeout_s = 1000000 };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+		struct test_server_options o = { .listen = "127.0.0.1:0",
 						    .unix_path = "/tmp/x.sock" };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0", .token = "" };
+		struct test_server_options o = { .listen = "127.0.0.1:0", .token = "" };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+		struct test_server_options o = { .listen = "127.0.0.1:0",
 						    .token = "has space" };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
 		fixture_stop(&f);
 	}
 	{
-		struct dormant_server_options o = { .listen = "127.0.0.1:0",
+		struct test_server_options o = { .listen = "127.0.0.1:0",
 						    .token_file = "/nonexistent/token" };
 
 		cr_expect_eq(start_with(&f, &o), -EINVAL);
@@ -104,7 +104,7 @@ Test(server, bad_options)
 Test(server, port_zero_and_address_in_use)
 {
 	struct fixture f;
-	struct dormant_server_options o = { .quiet = true };
+	struct test_server_options o = { .quiet = true };
 	struct dormant_server *second = NULL;
 	char listen[64];
 	int port;
@@ -117,7 +117,7 @@ Test(server, port_zero_and_address_in_use)
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
 	o.listen = listen;
-	cr_assert_eq(dormant_server_start(f.m, &o, &second), -EADDRINUSE, "%s",
+	cr_assert_eq(test_server_start(f.m, &o, &second), -EADDRINUSE, "%s",
 		     dormant_last_error());
 	cr_assert_null(second);
 	fixture_stop(&f);
@@ -368,10 +368,10 @@ Test(server, unix_socket)
 
 	/* a second server cannot take a live socket */
 	{
-		struct dormant_server_options o = { .unix_path = path, .quiet = true };
+		struct test_server_options o = { .unix_path = path, .quiet = true };
 		struct dormant_server *second = NULL;
 
-		cr_assert_eq(dormant_server_start(f.m, &o, &second), -EADDRINUSE);
+		cr_assert_eq(test_server_start(f.m, &o, &second), -EADDRINUSE);
 	}
 	fixture_stop(&f);
 	cr_assert_neq(stat(path, &st), 0, "the socket file stays after stop");
@@ -380,7 +380,7 @@ Test(server, unix_socket)
 Test(server, unix_socket_stale_and_bad_paths)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	struct dormant_server_options o = { .quiet = true };
+	struct test_server_options o = { .quiet = true };
 	struct dormant_server *s = NULL;
 	struct fixture f;
 	char path[108], file[108], longpath[200];
@@ -397,7 +397,7 @@ Test(server, unix_socket_stale_and_bad_paths)
 
 	fixture_start(&f, &(struct fixture_config){ .no_server = true });
 	o.unix_path = path;
-	cr_assert_eq(dormant_server_start(f.m, &o, &s), 0, "%s", dormant_last_error());
+	cr_assert_eq(test_server_start(f.m, &o, &s), 0, "%s", dormant_last_error());
 	dormant_server_stop(s);
 
 	/* a file that is not a socket is never removed */
@@ -405,7 +405,7 @@ Test(server, unix_socket_stale_and_bad_paths)
 	cr_assert_geq(fd, 0);
 	close(fd);
 	o.unix_path = file;
-	cr_assert_eq(dormant_server_start(f.m, &o, &s), -EADDRINUSE);
+	cr_assert_eq(test_server_start(f.m, &o, &s), -EADDRINUSE);
 	cr_assert_eq(access(file, F_OK), 0);
 	unlink(file);
 
@@ -413,9 +413,9 @@ Test(server, unix_socket_stale_and_bad_paths)
 	longpath[0] = '/';
 	longpath[sizeof(longpath) - 1] = '\0';
 	o.unix_path = longpath;
-	cr_assert_eq(dormant_server_start(f.m, &o, &s), -EINVAL);
+	cr_assert_eq(test_server_start(f.m, &o, &s), -EINVAL);
 	o.unix_path = "";
-	cr_assert_eq(dormant_server_start(f.m, &o, &s), -EINVAL);
+	cr_assert_eq(test_server_start(f.m, &o, &s), -EINVAL);
 	fixture_stop(&f);
 }
 

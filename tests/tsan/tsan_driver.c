@@ -695,17 +695,20 @@ static void scenario_http(void)
 	alloc_filled(m, "grads", 4 * MiB, 0);
 	dormant_hook_add(m, DORMANT_HOOK_BEFORE_SLEEP, stats_hook, &hooks);
 	dormant_hook_add(m, DORMANT_HOOK_AFTER_WAKE, stats_hook, &hooks);
-	struct dormant_server_options so = {
-		.listen = "127.0.0.1:0",
-		.threads = 4,
-		.max_connections = 64,
-		.quiet = true,
-		.stats_extra = stats_extra,
-		.stats_extra_userdata = &extra_calls,
-		.metrics_extra = metrics_extra,
-		.metrics_extra_userdata = &extra_calls,
-	};
-	if (dormant_server_start(m, &so, &server) < 0) {
+	struct dormant_server_options *so = NULL;
+	int r = dormant_server_options_new(&so);
+
+	if (r == 0)
+		r = dormant_server_options_parse(so, "listen=127.0.0.1:0,threads=4,"
+					       "max_connections=64,quiet=true");
+	if (r == 0)
+		r = dormant_server_options_set_stats_extra(so, stats_extra, &extra_calls);
+	if (r == 0)
+		r = dormant_server_options_set_metrics_extra(so, metrics_extra, &extra_calls);
+	if (r == 0)
+		r = dormant_server_start(m, so, &server);
+	dormant_server_options_destroy(so);
+	if (r < 0) {
 		fail("server: %s", dormant_last_error());
 		dormant_destroy(m);
 		return;

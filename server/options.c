@@ -1,0 +1,674 @@
+/* SPDX-License-Identifier: MIT */
+/* The options of dormant_server_start(), in the style of core/options.c:
+ * one table says each option's name, type, default, environment variable,
+ * bounds and doc line, and the setters, the environment, the listing (for
+ * dormantd --help and bindings) and the checks all read it. */
+#include "options.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "auth.h"
+#include "common.h"
+#include "faults.h"
+
+enum option_type {
+	OPTION_TEXT,
+	OPTION_UINT,
+	OPTION_BOOL,
+};
+
+static const char *const type_names[] = {
+	[OPTION_TEXT] = "text",
+	[OPTION_UINT] = "int",
+	[OPTION_BOOL] = "bool",
+};
+
+struct option {
+	const char *name;
+	enum option_type type;
+	size_t offset; /* of the field in struct dormant_server_options */
+	/* Parsed like a user's value when neither set nor in the environment.
+	 * NULL: none (text: NULL; the start decides, see default_doc). */
+	const char *default_value;
+	const char *default_doc; /* what dormant_server_option_default() says; NULL: default_value */
+	const char *env;	 /* NULL: none */
+	/* Rows of one env_group (non-zero) read their environment variables
+	 * only when the caller set none of the group: an explicit token_file
+	 * beats $DORMANT_TOKEN. */
+	int env_group;
+	unsigned min, max;	     /* uint */
+	int (*check)(const char *text); /* text: NULL: any */
+	const char *doc;
+};
+
+static int listen_check(const char *text);
+static int unix_path_check(const char *text);
+static int token_check(const char *text);
+static int path_check(const char *text);
+static int faults_check(const char *text);
+static int publish_check(const char *text);
+
+#define FIELD(f) offsetof(struct dormant_server_options, f)
+#define MAX_TIMEOUT_S 86400
+
+/* Adding an option: a row here, its field in options.h, and its use in
+ * server.c. Keep the environment variables and defaults documented in
+ * dormant-server.h, docs/http.md and docs/operations.md. */
+static const struct option options[] = {
+	{
+		.name = "listen", .type = OPTION_TEXT, .offset = FIELD(listen),
+		.default_value = SERVER_DEFAULT_LISTEN, .check = listen_check,
+		.doc = "HOST:PORT to listen on (IPv6 as [::1]:PORT; port 0 picks a free port; "
+		       "a host name: its first address)",
+	},
+	{
+		.name = "unix_path", .type = OPTION_TEXT, .offset = FIELD(unix_path),
+		.default_doc = "none (TCP)", .check = unix_path_check,
+		.doc = "listen on this Unix socket instead of TCP (mode 0600; a stale socket "
+		       "there is replaced)",
+	},
+	{
+		.name = "token", .type = OPTION_TEXT, .offset = FIELD(token),
+		.default_doc = "none (no authentication)", .env = "DORMANT_TOKEN", .env_group = 1,
+		.check = token_check,
+		.doc = "bearer token requests must carry (1 to 1024 visible ASCII characters); "
+		       "before token_file",
+	},
+	{
+		.name = "token_file", .type = OPTION_TEXT, .offset = FIELD(token_file),
+		.default_doc = "none", .env = "DORMANT_TOKEN_FILE", .env_group = 1,
+		.check = path_check,
+		.doc = "file holding the bearer token (surrounding white space trimmed), read "
+		       "at start",
+	},
+	{
+		.name = "open_probes", .type = OPTION_BOOL, .offset = FIELD(open_probes),
+		.default_value = "false",
+		.doc = "leave /healthz, /readyz and /metrics open when a token is set",
+	},
+	{
+		.name = "threads", .type = OPTION_UINT, .offset = FIELD(threads),
+		.default_value = "4", .min = 1, .max = 256,
+		.doc = "threads that answer requests (a sleep or wake runs on a thread of its own)",
+	},
+	{
+		.name = "max_connections", .type = OPTION_UINT, .offset = FIELD(max_connections),
+		.default_value = "64", .min = 1, .max = 65536,
+		.doc = "concurrent connections, at least threads; over it the connection that "
+		       "waited longest for a request is closed",
+	},
+	{
+		.name = "max_connections_per_ip", .type = OPTION_UINT,
+		.offset = FIELD(max_connections_per_ip), .default_value = "32",
+		.default_doc = "32, or max_connections if smaller", .min = 1, .max = 65536,
+		.doc = "connections of one client address at once (all of loopback is one), at "
+		       "most max_connections",
+	},
+	{
+		.name = "connection_timeout_s", .type = OPTION_UINT,
+		.offset = FIELD(connection_timeout_s), .default_value = "30", .min = 1,
+		.max = MAX_TIMEOUT_S,
+		.doc = "idle seconds before a connection is closed",
+	},
+	{
+		.name = "request_timeout_s", .type = OPTION_UINT, .offset = FIELD(request_timeout_s),
+		.default_value = "10", .min = 1, .max = MAX_TIMEOUT_S,
+		.doc = "seconds a connection has, from its opening or its last answer, to "
+		       "deliver a whole request",
+	},
+	{
+		.name = "quiet", .type = OPTION_BOOL, .offset = FIELD(quiet),
+		.default_value = "false",
+		.doc = "no access log on stderr",
+	},
+	{
+		.name = "faults", .type = OPTION_TEXT, .offset = FIELD(faults),
+		.default_doc = "none", .env = "DORMANT_FAULTS", .check = faults_check,
+		.doc = "test tool: device faults armed at sleeps and wakes, "
+		       "WHEN:OP[:NTH[:ERROR[:TIMES]]] rules separated by commas (docs/testing.md)",
+	},
+	{
+		.name = "publish", .type = OPTION_TEXT, .offset = FIELD(publish),
+		.default_value = "0", .env = "DORMANT_PUBLISH", .check = publish_check,
+		.doc = "discovery record at start: 1 (default directory), an absolute directory, "
+		       "or 0 (none) (docs/orchestrators.md)",
+	},
+};
+
+_Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_server_options.set has 64 bits");
+
+/* ---- the checks of text rows ------------------------------------------ */
+
+int listen_parse(const char *listen, char *host, size_t host_size, char *port, size_t port_size)
+{
+	const char *colon, *host_start = listen, *host_end;
+	char *end;
+	unsigned long value;
+
+	if (listen[0] == '[') {
+		host_start = listen + 1;
+		host_end = strchr(host_start, ']');
+		if (!host_end || host_end[1] != ':')
+			return error_set(-EINVAL, "listen address '%.64s' is not [IPv6]:PORT",
+					 listen);
+		colon = host_end + 1;
+	} else {
+		colon = strrchr(listen, ':');
+		if (!colon || memchr(listen, ':', (size_t)(colon - listen)))
+			return error_set(-EINVAL,
+					 "listen address '%.64s' is not HOST:PORT (IPv6 as [::1]:PORT)",
+					 listen);
+		host_end = colon;
+	}
+	if (host_end == host_start || (size_t)(host_end - host_start) >= host_size)
+		return error_set(-EINVAL, "listen address '%.64s' has no host or too long a one",
+				 listen);
+	errno = 0;
+	value = strtoul(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || value > 65535 || colon[1] == '-' ||
+	    colon[1] == '+' || strlen(colon + 1) >= port_size)
+		return error_set(-EINVAL, "listen address '%.64s' has no port from 0 to 65535",
+				 listen);
+	memcpy(host, host_start, (size_t)(host_end - host_start));
+	host[host_end - host_start] = '\0';
+	snprintf(port, port_size, "%lu", value);
+	return 0;
+}
+
+static int listen_check(const char *text)
+{
+	char host[NI_MAXHOST], port[8];
+
+	return listen_parse(text, host, sizeof(host), port, sizeof(port));
+}
+
+static int unix_path_check(const char *text)
+{
+	size_t unix_max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+
+	if (!*text || strlen(text) > unix_max)
+		return error_set(-EINVAL, "a unix socket path must be 1 to %zu bytes", unix_max);
+	return 0;
+}
+
+static int token_check(const char *text)
+{
+	return auth_token_check(text, strlen(text), "this value");
+}
+
+static int path_check(const char *text)
+{
+	return *text ? 0 : error_set(-EINVAL, "the path is empty");
+}
+
+static int faults_check(const char *text)
+{
+	struct fault_switch fs;
+
+	return faults_parse(text, &fs);
+}
+
+static int publish_check(const char *text)
+{
+	if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0 || text[0] == '/')
+		return 0;
+	return error_set(-EINVAL, "'%.64s' is not 1, 0, or the absolute path of a directory",
+			 text);
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+static const struct option *option_find(const char *name, size_t *ret_index)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+		if (strcmp(options[i].name, name) == 0) {
+			*ret_index = i;
+			return &options[i];
+		}
+	}
+	return NULL;
+}
+
+static int bool_parse(const char *text, bool *ret)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(text, yes[i]) == 0) {
+			*ret = true;
+			return 0;
+		}
+		if (strcasecmp(text, no[i]) == 0) {
+			*ret = false;
+			return 0;
+		}
+	}
+	return error_set(-EINVAL, "'%.64s' is not a boolean (true or false)", text);
+}
+
+/* Parse text for row opt into the field of *o (a text row borrows text).
+ * The message of a failure says what is wrong; the caller says whose. */
+static int option_parse(const struct option *opt, const char *text, struct dormant_server_options *o)
+{
+	char *field = (char *)o + opt->offset;
+	unsigned long long n;
+	char *end;
+	bool b = false;
+	int r;
+
+	switch (opt->type) {
+	case OPTION_TEXT:
+		if (opt->check) {
+			r = opt->check(text);
+			if (r < 0)
+				return r;
+		}
+		*(const char **)field = text;
+		return 0;
+	case OPTION_UINT:
+		errno = 0;
+		n = strtoull(text, &end, 10);
+		if (!*text || *end || errno || text[0] == '-' || text[0] == '+' || text[0] == ' ')
+			return error_set(-EINVAL, "'%.64s' is not a whole number", text);
+		if (n < opt->min || n > opt->max)
+			return error_set(-EINVAL, "'%.64s' is out of range (%u to %u)", text, opt->min,
+					 opt->max);
+		*(unsigned *)field = (unsigned)n;
+		return 0;
+	case OPTION_BOOL:
+		r = bool_parse(text, &b);
+		if (r < 0)
+			return r;
+		*(bool *)field = b;
+		return 0;
+	}
+	return error_set(-EINVAL, "server option %s has an unknown type", opt->name);
+}
+
+static size_t field_size(enum option_type type)
+{
+	switch (type) {
+	case OPTION_TEXT:
+		return sizeof(const char *);
+	case OPTION_UINT:
+		return sizeof(unsigned);
+	case OPTION_BOOL:
+		return sizeof(bool);
+	}
+	return 0;
+}
+
+/* ---- the public calls ---------------------------------------------------- */
+
+DORMANT_EXPORT int dormant_server_options_new(struct dormant_server_options **ret)
+{
+	struct dormant_server_options *o;
+
+	if (!ret)
+		return error_set(-EINVAL, "ret is NULL");
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return error_set(-ENOMEM, "out of host memory");
+	*ret = o;
+	return 0;
+}
+
+/* Free the object's own copy of text row i, if it has one. */
+static void text_free(struct dormant_server_options *o, size_t i)
+{
+	char **field = (char **)((char *)o + options[i].offset);
+
+	if (options[i].type != OPTION_TEXT || !*field)
+		return;
+	explicit_bzero(*field, strlen(*field)); /* the token among them */
+	free(*field);
+	*field = NULL;
+}
+
+DORMANT_EXPORT void dormant_server_options_destroy(struct dormant_server_options *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++)
+		text_free(o, i);
+	free(o);
+}
+
+DORMANT_EXPORT int dormant_server_options_set(struct dormant_server_options *o, const char *name,
+					      const char *value)
+{
+	struct dormant_server_options parsed;
+	const struct option *opt;
+	char *copy = NULL;
+	size_t i;
+	int r;
+
+	if (!o || !name)
+		return error_set(-EINVAL, "%s is NULL", o ? "the option name" : "the options");
+	opt = option_find(name, &i);
+	if (!opt)
+		return error_set(-EINVAL, "unknown server option '%.64s'", name);
+	if (!value) {
+		text_free(o, i);
+		o->set &= ~(1ull << i);
+		return 0;
+	}
+	/* parse into a copy: a bad value leaves the option unchanged */
+	parsed = *o;
+	r = option_parse(opt, value, &parsed);
+	if (r < 0)
+		return error_prefix(r, "server option %s", name);
+	if (opt->type == OPTION_TEXT) {
+		copy = strdup(value);
+		if (!copy)
+			return error_set(-ENOMEM, "out of host memory");
+		text_free(o, i);
+		*(const char **)((char *)o + opt->offset) = copy;
+	} else {
+		memcpy((char *)o + opt->offset, (char *)&parsed + opt->offset,
+		       field_size(opt->type));
+	}
+	o->set |= 1ull << i;
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_server_options_set_int(struct dormant_server_options *o,
+						  const char *name, long long value)
+{
+	const struct option *opt;
+	char text[32];
+	size_t i;
+
+	if (!o || !name)
+		return error_set(-EINVAL, "%s is NULL", o ? "the option name" : "the options");
+	opt = option_find(name, &i);
+	if (!opt)
+		return error_set(-EINVAL, "unknown server option '%.64s'", name);
+	if (opt->type == OPTION_TEXT)
+		return error_set(-EINVAL, "server option %s is text, not a number", name);
+	if (opt->type == OPTION_BOOL)
+		value = value != 0;
+	snprintf(text, sizeof(text), "%lld", value);
+	return dormant_server_options_set(o, name, text);
+}
+
+DORMANT_EXPORT int dormant_server_options_set_stats_extra(struct dormant_server_options *o,
+							  dormant_stats_extra_fn fn,
+							  void *userdata)
+{
+	if (!o)
+		return error_set(-EINVAL, "the options are NULL");
+	o->stats_extra = fn;
+	o->stats_extra_userdata = userdata;
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_server_options *o,
+							    dormant_metrics_extra_fn fn,
+							    void *userdata)
+{
+	if (!o)
+		return error_set(-EINVAL, "the options are NULL");
+	o->metrics_extra = fn;
+	o->metrics_extra_userdata = userdata;
+	return 0;
+}
+
+/* Apply "name=value[,name=value...]" to o, in order, up to the first bad
+ * one. A piece without '=' continues the value before it, comma and all
+ * (faults=wake:create,sleep:copy). */
+static int options_apply(struct dormant_server_options *o, const char *text)
+{
+	char pair[1200];
+	const char *p = text;
+	int r;
+
+	while (*p) {
+		size_t n;
+		char *eq;
+
+		p += strspn(p, ", \t\n");
+		if (!*p)
+			break;
+		/* this pair runs to the next comma whose piece holds an '=' */
+		n = strcspn(p, ",\n");
+		while (p[n] == ',' || p[n] == '\n') {
+			const char *next = p + n + 1;
+			size_t len = strcspn(next, ",\n");
+
+			if (memchr(next, '=', len) || len == 0)
+				break;
+			n += 1 + len;
+		}
+		if (n >= sizeof(pair))
+			return error_set(-EINVAL, "server option '%.32s...' is too long", p);
+		memcpy(pair, p, n);
+		pair[n] = '\0';
+		p += n;
+		while (n > 0 && (pair[n - 1] == ' ' || pair[n - 1] == '\t'))
+			pair[--n] = '\0';
+		eq = strchr(pair, '=');
+		if (!eq)
+			return error_set(-EINVAL, "'%.64s' is not name=value", pair);
+		*eq = '\0';
+		r = dormant_server_options_set(o, pair, eq + 1);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_server_options_parse(struct dormant_server_options *o,
+						const char *text)
+{
+	struct dormant_server_options *scratch;
+	int r;
+
+	if (!o || !text)
+		return error_set(-EINVAL, "%s is NULL", o ? "the text" : "the options");
+	/* all or nothing: try every pair on a scratch object first */
+	r = dormant_server_options_new(&scratch);
+	if (r < 0)
+		return r;
+	r = options_apply(scratch, text);
+	dormant_server_options_destroy(scratch);
+	if (r < 0)
+		return r;
+	return options_apply(o, text);
+}
+
+DORMANT_EXPORT const char *dormant_server_option_name(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? options[i].name : NULL;
+}
+
+DORMANT_EXPORT const char *dormant_server_option_type(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? type_names[options[i].type] : NULL;
+}
+
+DORMANT_EXPORT const char *dormant_server_option_default(size_t i)
+{
+	if (i >= ARRAY_SIZE(options))
+		return NULL;
+	return options[i].default_doc ? options[i].default_doc : options[i].default_value;
+}
+
+DORMANT_EXPORT const char *dormant_server_option_env(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? options[i].env : NULL;
+}
+
+DORMANT_EXPORT const char *dormant_server_option_doc(size_t i)
+{
+	return i < ARRAY_SIZE(options) ? options[i].doc : NULL;
+}
+
+/* ---- for dormant_server_start() ------------------------------------------ */
+
+static bool group_set(const struct dormant_server_options *o, int group)
+{
+	for (size_t i = 0; o && group && i < ARRAY_SIZE(options); i++)
+		if (options[i].env_group == group && (o->set & (1ull << i)))
+			return true;
+	return false;
+}
+
+/* The values of every row, before the checks across rows. */
+static int rows_resolve(const struct dormant_server_options *o, struct dormant_server_options *ret)
+{
+	struct dormant_server_options r = { 0 };
+	const char *env;
+	int err;
+
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+		const struct option *opt = &options[i];
+
+		if (o && (o->set & (1ull << i))) {
+			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
+			       field_size(opt->type));
+			continue;
+		}
+		if (opt->env && !group_set(o, opt->env_group) && (env = getenv(opt->env)) &&
+		    *env) {
+			err = option_parse(opt, env, &r);
+			if (err < 0)
+				return error_prefix(err, "$%s (server option %s)", opt->env,
+						    opt->name);
+			r.from_env |= 1ull << i;
+			continue;
+		}
+		if (opt->default_value) {
+			/* the table's defaults parse: tests/http/test_server_options.c */
+			err = option_parse(opt, opt->default_value, &r);
+			(void)err;
+		}
+	}
+	if (o) {
+		r.stats_extra = o->stats_extra;
+		r.stats_extra_userdata = o->stats_extra_userdata;
+		r.metrics_extra = o->metrics_extra;
+		r.metrics_extra_userdata = o->metrics_extra_userdata;
+		r.set = o->set;
+	}
+	*ret = r;
+	return 0;
+}
+
+static bool row_set(const struct dormant_server_options *o, const char *name)
+{
+	size_t i;
+
+	return option_find(name, &i) && (o->set & (1ull << i));
+}
+
+int server_options_resolve(const struct dormant_server_options *o,
+			   struct dormant_server_options *ret)
+{
+	struct dormant_server_options r;
+	int err = rows_resolve(o, &r);
+
+	if (err < 0)
+		return err;
+	if (r.unix_path) {
+		if (row_set(&r, "listen"))
+			return error_set(-EINVAL, "give listen or unix_path, not both");
+		r.listen = NULL;
+	}
+	/* libmicrohttpd shares the limit out among its threads */
+	if (r.max_connections < r.threads)
+		return error_set(-EINVAL, "max_connections (%u) must be at least threads (%u)",
+				 r.max_connections, r.threads);
+	/* the default share follows a smaller limit of all */
+	if (!row_set(&r, "max_connections_per_ip") && r.max_connections_per_ip > r.max_connections)
+		r.max_connections_per_ip = r.max_connections;
+	if (r.max_connections_per_ip > r.max_connections)
+		return error_set(-EINVAL,
+				 "max_connections_per_ip (%u) must be at most max_connections (%u)",
+				 r.max_connections_per_ip, r.max_connections);
+	*ret = r;
+	return 0;
+}
+
+bool server_option_from_env(const struct dormant_server_options *resolved, const char *name)
+{
+	size_t i;
+
+	return option_find(name, &i) && (resolved->from_env & (1ull << i));
+}
+
+DORMANT_EXPORT int dormant_server_options_get(const struct dormant_server_options *o,
+					      const char *name, char *buf, size_t size)
+{
+	struct dormant_server_options r;
+	const struct option *opt;
+	const char *field;
+	size_t i;
+	int n = 0, err;
+
+	if (!name || !buf)
+		return error_set(-EINVAL, "%s is NULL", name ? "the buffer" : "the option name");
+	opt = option_find(name, &i);
+	if (!opt)
+		return error_set(-EINVAL, "unknown server option '%.64s'", name);
+	err = rows_resolve(o, &r);
+	if (err < 0)
+		return err;
+	field = (const char *)&r + opt->offset;
+	switch (opt->type) {
+	case OPTION_TEXT:
+		n = snprintf(buf, size, "%s",
+			     *(const char *const *)field ? *(const char *const *)field : "");
+		break;
+	case OPTION_UINT:
+		n = snprintf(buf, size, "%u", *(const unsigned *)field);
+		break;
+	case OPTION_BOOL:
+		n = snprintf(buf, size, "%s", *(const bool *)field ? "true" : "false");
+		break;
+	}
+	if (n < 0 || (size_t)n >= size)
+		return error_set(-ENOSPC, "the value of server option %s needs %d bytes", name,
+				 n + 1);
+	return n;
+}
+
+DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_options *opts)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_socktype = SOCK_STREAM };
+	struct dormant_server_options r;
+	char host[NI_MAXHOST], port[8];
+	struct addrinfo *ai;
+	char *token = NULL;
+	int err;
+
+	err = server_options_resolve(opts, &r);
+	if (err < 0)
+		return err;
+	err = auth_token_load(&r, &token);
+	if (err < 0)
+		return err;
+	if (token) {
+		explicit_bzero(token, strlen(token));
+		free(token);
+	}
+	if (r.unix_path)
+		return 0;
+	err = listen_parse(r.listen, host, sizeof(host), port, sizeof(port));
+	if (err < 0)
+		return err;
+	err = getaddrinfo(host, port, &hints, &ai);
+	if (err != 0)
+		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(err));
+	freeaddrinfo(ai);
+	return 0;
+}
