@@ -28,11 +28,11 @@ from .errors import (AddressInUseError, BusyError, CancelledError, DeviceError, 
                      InvalidArgumentError, LibraryNotFoundError, LimitError, NoDeviceError,
                      OutOfMemoryError, PermissionDeniedError, StepTimeoutError, UnknownTagError,
                      UnsupportedError)
-from .manager import Manager, Server, options, stop_all_servers
+from .manager import Manager, Server, options, server_options, stop_all_servers
 from . import preload  # noqa: E402 (whole-process capture; standard library only)
 
 __all__ = [
-    "Manager", "Server", "options", "configure", "manager", "preload", "region", "set_policy", "sleep", "wake",
+    "Manager", "Server", "options", "server_options", "configure", "manager", "preload", "region", "set_policy", "sleep", "wake",
     "stats", "serve", "step", "on_sleep", "on_wake", "add_hook", "remove_hook", "library_path",
     "DormantError", "BusyError", "OutOfMemoryError", "UnknownTagError", "InvalidArgumentError",
     "CancelledError", "StepTimeoutError", "DeviceError", "NoDeviceError", "LimitError",

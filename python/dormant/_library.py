@@ -43,28 +43,6 @@ EXTRA_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
 REBUILD_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p)  # dormant_rebuild_fn
 
 
-class ServerOptions(ctypes.Structure):
-    """struct dormant_server_options (server/dormant-server.h)."""
-    _fields_ = [
-        ("listen", c_char_p),
-        ("unix_path", c_char_p),
-        ("token", c_char_p),
-        ("token_file", c_char_p),
-        ("open_probes", c_bool),
-        ("threads", c_uint),
-        ("max_connections", c_uint),
-        ("connection_timeout_s", c_uint),
-        ("quiet", c_bool),
-        ("stats_extra", EXTRA_FN),
-        ("stats_extra_userdata", c_void_p),
-        ("metrics_extra", EXTRA_FN),
-        ("metrics_extra_userdata", c_void_p),
-        ("max_connections_per_ip", c_uint),
-        ("request_timeout_s", c_uint),
-        ("faults", c_char_p),
-    ]
-
-
 # name: (restype, argtypes). Functions missing from the loaded library are
 # left out and reported by Library.need() when used.
 _PROTOTYPES = {
@@ -121,8 +99,19 @@ _PROTOTYPES = {
                                         ctypes.POINTER(c_void_p)]),
     "dormant_json_free": (None, [c_void_p]),
     # server/dormant-server.h
-    "dormant_server_start": (c_int, [c_void_p, ctypes.POINTER(ServerOptions),
-                                     ctypes.POINTER(c_void_p)]),
+    # struct dormant_server_options is opaque too: its table is
+    # server/options.c, listed by dormant_server_option_*().
+    "dormant_server_options_new": (c_int, [ctypes.POINTER(c_void_p)]),
+    "dormant_server_options_destroy": (None, [c_void_p]),
+    "dormant_server_options_set": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "dormant_server_options_get": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
+    "dormant_server_options_set_stats_extra": (c_int, [c_void_p, EXTRA_FN, c_void_p]),
+    "dormant_server_option_name": (c_char_p, [c_size_t]),
+    "dormant_server_option_type": (c_char_p, [c_size_t]),
+    "dormant_server_option_default": (c_char_p, [c_size_t]),
+    "dormant_server_option_env": (c_char_p, [c_size_t]),
+    "dormant_server_option_doc": (c_char_p, [c_size_t]),
+    "dormant_server_start": (c_int, [c_void_p, c_void_p, ctypes.POINTER(c_void_p)]),
     "dormant_server_port": (c_int, [c_void_p]),
     "dormant_server_url": (c_char_p, [c_void_p]),
     "dormant_server_stop": (None, [c_void_p]),
@@ -202,6 +191,27 @@ class Library:
                         "default": text(self.dormant_option_default, i),
                         "env": text(self.dormant_option_env, i),
                         "doc": text(self.dormant_option_doc, i)})
+            i += 1
+        return out
+
+    def server_options(self):
+        """The server options this library knows (dormant_server_option_*()),
+        as a list of dicts: name, type ("text", "int", "bool"), default, env
+        (None if none) and doc."""
+        if not self.has("dormant_server_option_name"):
+            return []
+        def text(fn, i):
+            value = fn(i)
+            return value.decode("utf-8") if value is not None else None
+
+        out = []
+        i = 0
+        while self.dormant_server_option_name(i) is not None:
+            out.append({"name": text(self.dormant_server_option_name, i),
+                        "type": text(self.dormant_server_option_type, i),
+                        "default": text(self.dormant_server_option_default, i),
+                        "env": text(self.dormant_server_option_env, i),
+                        "doc": text(self.dormant_server_option_doc, i)})
             i += 1
         return out
 

@@ -71,6 +71,30 @@ def _option_text(name, value):
         f"option {name}: a str, int or bool, not {type(value).__name__}", errno.EINVAL)
 
 
+# serve()'s numbers that take 0 for "the default", as before the options
+# became names
+_SERVER_ZERO_IS_DEFAULT = frozenset({"threads", "max_connections", "connection_timeout_s",
+                                     "max_connections_per_ip", "request_timeout_s"})
+
+
+def _server_option_text(name, value):
+    """A server option's value as dormant_server_options_set() takes it, or
+    None to leave it unset."""
+    if isinstance(value, int) and not isinstance(value, bool) and value == 0 \
+            and name in _SERVER_ZERO_IS_DEFAULT:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return _option_text(name, value)
+
+
+def server_options():
+    """The server options that serve(**options) takes, from the loaded
+    library's table: a list of dicts with name, type ("text", "int",
+    "bool"), default, env (its environment variable, or None) and doc."""
+    return _library.get().server_options()
+
+
 def options():
     """The manager options that Manager(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("enum", "size", "int",
@@ -625,7 +649,7 @@ class Manager:
     def serve(self, host="127.0.0.1", port=0, token=None, *, unix_path=None, token_file=None,
               open_probes=False, threads=0, max_connections=0, connection_timeout_s=0,
               quiet=False, stats_extra=None, max_connections_per_ip=0, request_timeout_s=0,
-              faults=None, publish=None, role=None):
+              faults=None, publish=None, role=None, **options):
         """Start the HTTP control plane (POST /sleep, /wake, GET /stats, ...)
         on its own threads inside this process. port 0 picks a free port.
         token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
@@ -642,45 +666,53 @@ class Manager:
         that dormantctl --discover and dormant.client.Client.discover() find
         this server on a port 0 (docs/orchestrators.md); None:
         $DORMANT_PUBLISH decides. role: the record's role (implies publish;
-        default $DORMANT_ROLE). Returns a Server (.url, .port, .stop())."""
+        default $DORMANT_ROLE). Further keyword arguments are server options
+        by name (dormant.server_options() lists them all). Every option goes
+        to the library by name (dormant_server_options_set()); an unknown
+        name or a bad value raises InvalidArgumentError naming both.
+        Returns a Server (.url, .port, .stop())."""
         lib = self._lib
         start = lib.need("dormant_server_start", "serve()")
-        opts = _library.ServerOptions()
-        keep = []  # bytes referenced by opts
-
-        def c_str(value):
-            if value is None:
-                return None
-            b = value.encode() if isinstance(value, str) else bytes(value)
-            keep.append(b)
-            return b
-
+        lib.need("dormant_server_options_new", "serve()")
+        named = {
+            "unix_path": unix_path, "token": token, "token_file": token_file,
+            "open_probes": open_probes or None, "quiet": quiet or None, "threads": threads,
+            "max_connections": max_connections, "connection_timeout_s": connection_timeout_s,
+            "max_connections_per_ip": max_connections_per_ip,
+            "request_timeout_s": request_timeout_s, "faults": faults,
+        }
         if unix_path is None:
             h = f"[{host}]" if ":" in host and not host.startswith("[") else host
-            opts.listen = c_str(f"{h}:{int(port)}")
-        opts.unix_path = c_str(unix_path)
-        opts.token = c_str(token)
-        opts.token_file = c_str(token_file)
-        opts.open_probes = bool(open_probes)
-        opts.threads = threads
-        opts.max_connections = max_connections
-        opts.connection_timeout_s = connection_timeout_s
-        opts.max_connections_per_ip = max_connections_per_ip
-        opts.request_timeout_s = request_timeout_s
-        opts.faults = c_str(faults)
-        opts.quiet = bool(quiet)
+            named["listen"] = f"{h}:{int(port)}"
+        named.update(options)
+        texts = [(name, _server_option_text(name, value)) for name, value in named.items()]
+        opts = c_void_p()
+        self._check(lib.dormant_server_options_new(ctypes.byref(opts)))
         extra_callback = None
-        if stats_extra is not None:
-            extra_callback = _library.EXTRA_FN(_extra_trampoline(stats_extra))
-            opts.stats_extra = extra_callback
         handle = c_void_p()
-        self._check(start(self._handle(), ctypes.byref(opts), ctypes.byref(handle)))
+        try:
+            for name, text in texts:
+                if text is None:
+                    continue
+                r = lib.dormant_server_options_set(opts, name.encode("utf-8"),
+                                                   text.encode("utf-8"))
+                if r < 0:
+                    known = ", ".join(o["name"] for o in lib.server_options())
+                    raise error_from(r, f"serve(): {lib.last_error()} (options: {known})")
+            if stats_extra is not None:
+                extra_callback = _library.EXTRA_FN(_extra_trampoline(stats_extra))
+                self._check(lib.dormant_server_options_set_stats_extra(opts, extra_callback,
+                                                                       None))
+            self._check(start(self._handle(), opts, ctypes.byref(handle)))
+        finally:
+            lib.dormant_server_options_destroy(opts)
         server = Server(self, handle, extra_callback)
         self._servers.add(server)
         if publish or role is not None:
             where = None if publish is True or not publish else os.fspath(publish)
             fn = lib.need("dormant_server_publish", "serve(publish=...)")
-            r = fn(handle, c_str(where), c_str(role))
+            r = fn(handle, None if where is None else where.encode(),
+                   None if role is None else role.encode())
             if r < 0:
                 message = lib.last_error()
                 server.stop()
