@@ -45,6 +45,7 @@ struct option {
 	int env_group;
 	unsigned min, max;	     /* uint */
 	int (*check)(const char *text); /* text: NULL: any */
+	bool secret;		     /* messages never repeat the value */
 	const char *doc;
 };
 
@@ -77,7 +78,7 @@ static const struct option options[] = {
 	{
 		.name = "token", .type = OPTION_TEXT, .offset = FIELD(token),
 		.default_doc = "none (no authentication)", .env = "DORMANT_TOKEN", .env_group = 1,
-		.check = token_check,
+		.check = token_check, .secret = true,
 		.doc = "bearer token requests must carry (1 to 1024 visible ASCII characters); "
 		       "before token_file",
 	},
@@ -364,6 +365,8 @@ DORMANT_EXPORT int dormant_server_options_set(struct dormant_server_options *o, 
 	/* parse into a copy: a bad value leaves the option unchanged */
 	parsed = *o;
 	r = option_parse(opt, value, &parsed);
+	if (r < 0 && opt->type == OPTION_TEXT && !opt->secret)
+		return error_prefix(r, "server option %s '%.64s'", name, value);
 	if (r < 0)
 		return error_prefix(r, "server option %s", name);
 	if (opt->type == OPTION_TEXT) {
