@@ -22,12 +22,9 @@
  * their end and their responses are given a moment to be sent; then the
  * daemon stops.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -36,7 +33,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +42,7 @@
 #include "discovery.h"
 #include "dormant-server.h"
 #include "faults.h"
+#include "listen.h"
 #include "options.h"
 #include "routes.h"
 #include "common.h"
@@ -68,12 +65,7 @@ struct dormant_server {
 	char *token;
 	bool open_probes;
 	bool quiet;
-	int port;
-	char url[sizeof("http://[]:65535") + NI_MAXHOST + PATH_MAX];
-	char *unix_path;     /* removed at stop if it is still our socket */
-	dev_t unix_dev;
-	ino_t unix_ino;
-	int listen_fd;       /* ours until the daemon runs, and again once quiesced */
+	struct listener listener; /* listen.c: the socket, port, url */
 	struct fault_switch faults;
 
 	struct conn_table conns; /* every open connection, the limits, the watchdog */
@@ -633,145 +625,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	s->start_error[strcspn(s->start_error, "\n")] = '\0';
 }
 
-/* ---- listening ----------------------------------------------------------- */
-
-static int socket_errno(int err, const char *what, const char *where)
-{
-	int r = err == EADDRINUSE || err == EACCES || err == ENOMEM ? -err : -EIO;
-
-	if (err == EADDRNOTAVAIL || err == EAFNOSUPPORT)
-		r = -EINVAL;
-	return error_set(r, "%s %s: %s", what, where, strerror(err));
-}
-
-static int listen_tcp(struct dormant_server *s, const char *listen_addr)
-{
-	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
-				  .ai_socktype = SOCK_STREAM };
-	struct sockaddr_storage bound;
-	socklen_t bound_len = sizeof(bound);
-	char host[NI_MAXHOST], port[8];
-	struct addrinfo *ai;
-	int fd, r, one = 1;
-
-	r = listen_parse(listen_addr, host, sizeof(host), port, sizeof(port));
-	if (r < 0)
-		return r;
-	r = getaddrinfo(host, port, &hints, &ai);
-	if (r != 0)
-		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(r));
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		r = socket_errno(errno, "creating a socket for", listen_addr);
-		goto out;
-	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		r = socket_errno(errno, "binding", listen_addr);
-		goto err_close;
-	}
-	if (listen(fd, SOMAXCONN) < 0) {
-		r = socket_errno(errno, "listening on", listen_addr);
-		goto err_close;
-	}
-	if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0) {
-		r = socket_errno(errno, "reading the address of", listen_addr);
-		goto err_close;
-	}
-	s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-						    : ((struct sockaddr_in *)&bound)->sin_port);
-	/* brackets around an IPv6 literal, not around a name that resolved to
-	 * an IPv6 address */
-	snprintf(s->url, sizeof(s->url), "http://%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
-		 strchr(host, ':') ? "]" : "", s->port);
-	s->listen_fd = fd;
-	r = 0;
-	goto out;
-
-err_close:
-	close(fd);
-out:
-	freeaddrinfo(ai);
-	return r;
-}
-
-/* Whether something accepts connections on the Unix socket at addr. */
-static bool unix_socket_alive(const struct sockaddr_un *addr)
-{
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool alive;
-
-	if (fd < 0)
-		return true; /* cannot tell: do not remove it */
-	alive = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0 ||
-		errno != ECONNREFUSED;
-	close(fd);
-	return alive;
-}
-
-static int listen_unix(struct dormant_server *s, const char *path)
-{
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	struct stat st;
-	mode_t old_umask;
-	int fd, r;
-
-	if (!*path || strlen(path) >= sizeof(addr.sun_path))
-		return error_set(-EINVAL, "unix socket path must be 1 to %zu bytes",
-				 sizeof(addr.sun_path) - 1);
-	memcpy(addr.sun_path, path, strlen(path));
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return error_set(-EADDRINUSE, "%s exists and is not a socket", path);
-		if (unix_socket_alive(&addr))
-			return error_set(-EADDRINUSE, "%s: another server listens there", path);
-		unlink(path); /* stale: its server is gone */
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return socket_errno(errno, "creating a socket for", path);
-	/* only the owner may connect: created so, never briefly wider */
-	old_umask = umask(0177);
-	r = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
-	umask(old_umask);
-	if (r < 0) {
-		r = socket_errno(errno, "binding", path);
-		close(fd);
-		return r;
-	}
-	if (listen(fd, SOMAXCONN) < 0 || stat(path, &st) < 0) {
-		r = socket_errno(errno, "listening on", path);
-		unlink(path);
-		close(fd);
-		return r;
-	}
-	s->unix_path = strdup(path);
-	if (!s->unix_path) {
-		unlink(path);
-		close(fd);
-		return error_set(-ENOMEM, "out of host memory");
-	}
-	s->unix_dev = st.st_dev;
-	s->unix_ino = st.st_ino;
-	s->port = 0;
-	snprintf(s->url, sizeof(s->url), "unix:%s", path);
-	s->listen_fd = fd;
-	return 0;
-}
-
-/* Remove our socket file, unless another one took its place. */
-static void unix_path_remove(struct dormant_server *s)
-{
-	struct stat st;
-
-	if (!s->unix_path)
-		return;
-	if (lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev && st.st_ino == s->unix_ino)
-		unlink(s->unix_path);
-	free(s->unix_path);
-	s->unix_path = NULL;
-}
-
 /* ---- lifecycle ----------------------------------------------------------- */
 
 /* Remove the discovery record, if any. */
@@ -801,9 +654,9 @@ static void server_free(struct dormant_server *s)
 {
 	record_remove(s);
 	faults_remove(&s->faults);
-	if (s->listen_fd >= 0)
-		close(s->listen_fd);
-	unix_path_remove(s);
+	if (s->listener.fd >= 0)
+		close(s->listener.fd);
+	listener_unix_remove(&s->listener);
 	if (s->token) {
 		explicit_bzero(s->token, strlen(s->token));
 		free(s->token);
@@ -841,7 +694,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	conn_table_init(&s->conns, o.max_connections, o.max_connections_per_ip,
 			o.request_timeout_s);
 	s->manager = m;
-	s->listen_fd = -1;
+	s->listener.fd = -1;
 	s->open_probes = o.open_probes;
 	s->quiet = o.quiet;
 	s->api.manager = m;
@@ -859,17 +712,17 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	if (r < 0)
 		goto err;
 	if (o.unix_path)
-		r = listen_unix(s, o.unix_path);
+		r = listen_unix(&s->listener, o.unix_path);
 	else
-		r = listen_tcp(s, o.listen);
+		r = listen_tcp(&s->listener, o.listen);
 	if (r < 0)
 		goto err;
 
 	r = faults_install(&s->faults, m);
 	if (r < 0)
 		goto err;
-	if (fstat(s->listen_fd, &listen_st) < 0) {
-		r = socket_errno(errno, "checking the socket of", s->url);
+	if (fstat(s->listener.fd, &listen_st) < 0) {
+		r = socket_errno(errno, "checking the socket of", s->listener.url);
 		goto err;
 	}
 	/* The limits are ours (conn_started()): libmicrohttpd's own limit, which
@@ -896,7 +749,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		0, NULL, NULL, on_request, s,
 		/* first, so that no message of the options below gets printed */
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listener.fd,
 		MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
 		MHD_OPTION_CONNECTION_TIMEOUT, o.connection_timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -907,16 +760,16 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		MHD_OPTION_END);
 	atomic_store(&s->starting, false);
 	if (!s->daemon) {
-		r = error_set(-EIO, "starting the HTTP daemon on %s failed%s%s", s->url,
+		r = error_set(-EIO, "starting the HTTP daemon on %s failed%s%s", s->listener.url,
 			      s->start_error[0] ? ": " : "", s->start_error);
 		/* Whether libmicrohttpd closed the socket depends on where it
 		 * failed: close it only if the number is still that socket. */
-		if (fstat(s->listen_fd, &st) < 0 || st.st_dev != listen_st.st_dev ||
+		if (fstat(s->listener.fd, &st) < 0 || st.st_dev != listen_st.st_dev ||
 		    st.st_ino != listen_st.st_ino)
-			s->listen_fd = -1;
+			s->listener.fd = -1;
 		goto err;
 	}
-	s->listen_fd = -1; /* the daemon's now */
+	s->listener.fd = -1; /* the daemon's now */
 	r = conn_table_watch(&s->conns);
 	if (r != 0) {
 		MHD_stop_daemon(s->daemon);
@@ -941,7 +794,7 @@ err:
 
 DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s)
 {
-	return s ? s->port : 0;
+	return s ? s->listener.port : 0;
 }
 
 DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
@@ -951,7 +804,7 @@ DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s
 	FILE *f;
 	int r;
 
-	if (!s || !path || s->port <= 0)
+	if (!s || !path || s->listener.port <= 0)
 		return -EINVAL;
 	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if (r < 0 || (size_t)r >= sizeof(tmp))
@@ -959,7 +812,7 @@ DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s
 	f = fopen(tmp, "w");
 	if (!f)
 		return -errno;
-	fprintf(f, "%d\n", s->port);
+	fprintf(f, "%d\n", s->listener.port);
 	if (fclose(f) != 0) {
 		r = -errno;
 		unlink(tmp);
@@ -982,7 +835,7 @@ DORMANT_EXPORT int dormant_server_publish(struct dormant_server *s, const char *
 
 	if (!s)
 		return error_set(-EINVAL, "no server");
-	r = discovery_publish(dir, role, s->url, s->port, path, sizeof(path));
+	r = discovery_publish(dir, role, s->listener.url, s->listener.port, path, sizeof(path));
 	if (r < 0)
 		return r;
 	copy = strdup(path);
@@ -1002,7 +855,7 @@ DORMANT_EXPORT int dormant_server_publish(struct dormant_server *s, const char *
 
 DORMANT_EXPORT const char *dormant_server_url(const struct dormant_server *s)
 {
-	return s ? s->url : "";
+	return s ? s->listener.url : "";
 }
 
 DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
@@ -1017,12 +870,12 @@ DORMANT_EXPORT void dormant_server_stop(struct dormant_server *s)
 	 * the daemon closes it. */
 	fd = MHD_quiesce_daemon(s->daemon);
 	if (fd != MHD_INVALID_SOCKET) {
-		s->listen_fd = fd;
+		s->listener.fd = fd;
 		/* refuse new connections now rather than leave them waiting in
 		 * the backlog of a socket nobody accepts on */
 		shutdown(fd, SHUT_RDWR);
 	}
-	unix_path_remove(s);
+	listener_unix_remove(&s->listener);
 	record_remove(s); /* no reader finds it from now on */
 
 	pthread_mutex_lock(&s->lock);

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's listening socket (listen.c). */
+#ifndef DORMANT_SERVER_LISTEN_H
+#define DORMANT_SERVER_LISTEN_H
+
+#include <limits.h>
+#include <netdb.h>
+#include <sys/types.h>
+
+struct listener {
+	int port;
+	char url[sizeof("http://[]:65535") + NI_MAXHOST + PATH_MAX];
+	char *unix_path; /* removed at stop if it is still our socket */
+	dev_t unix_dev;
+	ino_t unix_ino;
+	int fd; /* ours until the daemon runs, and again once quiesced */
+};
+
+/* Bind and listen on "host:port" (listen_parse()), or on a Unix socket at
+ * path (mode 0600; a stale socket there is replaced); fill port, url, fd.
+ * 0 or a negative errno (-EADDRINUSE, -EACCES, -EINVAL, -ENOMEM, -EIO). */
+int listen_tcp(struct listener *l, const char *listen_addr);
+int listen_unix(struct listener *l, const char *path);
+
+/* Remove our socket file, unless another one took its place. */
+void listener_unix_remove(struct listener *l);
+
+/* The errno of a failed socket call as ours, with the message
+ * "WHAT WHERE: strerror". */
+int socket_errno(int err, const char *what, const char *where);
+
+#endif
