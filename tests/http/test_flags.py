@@ -101,6 +101,12 @@ def test_version(name, flag):
     (['--option', 'chunk_size=1GiB'], ['--option', "unknown option 'chunk_size'"]),
     (['--option', 'copy_threads=999'], ['--option', 'copy_threads', '999']),
     (['--option', 'host_mode'], ['--option', 'not name=value']),
+    (['--server-option', 'treads=2'], ['--server-option', "unknown server option 'treads'"]),
+    (['--server-option', 'threads=999'], ['--server-option', 'threads', '999']),
+    (['--server-option', 'threads=2,quiet=maybe'], ['--server-option', 'quiet', 'maybe']),
+    # applied after the flags, and checked with them before the backend starts
+    (['--server-option', 'token_file=/nonexistent/t2'], ['/nonexistent/t2']),
+    (['--max-connections', '4', '--server-option', 'threads=8'], ['at least threads']),
 ])
 def test_dormantd_checks_arguments_before_the_backend(args, words):
     # not --quiet: the backend would say it started
@@ -147,6 +153,10 @@ def test_dormantd_options_apply_and_are_listed():
     p = run('dormantd', '--help')
     for word in ('--option NAME=VALUE', 'chunk_bytes', '$DORMANT_CHUNK_BYTES', 'pin_host',
                  'auto|cuda|host'):
+        assert word in p.stdout, word
+    # and the server's, from server/options.c
+    for word in ('--server-option NAME=VALUE', 'request_timeout_s', 'int, default 10',
+                 '$DORMANT_TOKEN_FILE', '$DORMANT_PUBLISH', 'max_connections_per_ip'):
         assert word in p.stdout, word
 
 
