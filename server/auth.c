@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "options.h"
+#include "server_options.h"
 
 static bool is_space(char c)
 {

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "options.h"
+#include "server_options.h"
 
 int socket_errno(int err, const char *what, const char *where)
 {

@@ -3,7 +3,7 @@
  * one table says each option's name, type, default, environment variable,
  * bounds and doc line, and the setters, the environment, the listing (for
  * dormantd --help and bindings) and the checks all read it. */
-#include "options.h"
+#include "server_options.h"
 
 #include <errno.h>
 #include <netdb.h>

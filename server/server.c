@@ -43,7 +43,7 @@
 #include "dormant-server.h"
 #include "faults.h"
 #include "listen.h"
-#include "options.h"
+#include "server_options.h"
 #include "routes.h"
 #include "common.h"
 

@@ -113,3 +113,36 @@ def test_the_header_lists_every_option():
             assert f"${env.decode()}" in block, f"dormant.h does not say {name} reads ${env.decode()}"
         i += 1
     assert i >= 10
+
+
+def test_the_server_header_lists_every_server_option():
+    """The same for dormant-server.h and the server's table (server/options.c)."""
+    import ctypes
+    cdll = ctypes.CDLL(lib())
+    for fn in ("dormant_server_option_name", "dormant_server_option_env"):
+        getattr(cdll, fn).restype = ctypes.c_char_p
+        getattr(cdll, fn).argtypes = [ctypes.c_size_t]
+    header = (REPO / "server" / "dormant-server.h").read_text(encoding="utf-8")
+    start = header.index("struct dormant_server_options;")
+    block = header[header.rindex("/*", 0, start):start]
+    i = 0
+    while cdll.dormant_server_option_name(i) is not None:
+        name = cdll.dormant_server_option_name(i).decode()
+        env = cdll.dormant_server_option_env(i)
+        assert re.search(rf"^ \*   {name}\b", block, re.M), (
+            f"dormant-server.h does not list server option {name}")
+        if env is not None:
+            assert f"${env.decode()}" in block, (
+                f"dormant-server.h does not say {name} reads ${env.decode()}")
+        i += 1
+    assert i >= 12
+
+
+def test_the_options_objects_are_opaque():
+    """No public header lays out an options struct: the library allocates
+    them, so that options grow by a row without breaking programs built
+    before (docs/design.md, "ABI")."""
+    for header in HEADERS:
+        text = (REPO / header).read_text(encoding="utf-8")
+        for name in ("dormant_options", "dormant_server_options"):
+            assert not re.search(rf"struct {name}\s*\{{", text), f"{header} lays out struct {name}"

@@ -18,7 +18,7 @@
 
 #include "fuzz_common.h"
 #include "auth.h"
-#include "options.h" /* the resolved options auth_token_load() reads */
+#include "server_options.h" /* the resolved options auth_token_load() reads */
 
 static char token_path[] = "/tmp/fuzz-auth.XXXXXX";
 
