@@ -711,8 +711,8 @@ class Manager:
         if publish or role is not None:
             where = None if publish is True or not publish else os.fspath(publish)
             fn = lib.need("dormant_server_publish", "serve(publish=...)")
-            r = fn(handle, None if where is None else where.encode(),
-                   None if role is None else role.encode())
+            r = fn(handle, None if where is None else os.fsencode(where),
+                   None if role is None else os.fsencode(role))
             if r < 0:
                 message = lib.last_error()
                 server.stop()
