@@ -5,6 +5,7 @@
  * dormantd --help and bindings) and the checks all read it. */
 #include "server_options.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -277,7 +278,7 @@ static int option_parse(const struct option *opt, const char *text, struct dorma
 	case OPTION_UINT:
 		errno = 0;
 		n = strtoull(text, &end, 10);
-		if (!*text || *end || errno || text[0] == '-' || text[0] == '+' || text[0] == ' ')
+		if (!isdigit((unsigned char)text[0]) || *end || errno)
 			return error_set(-EINVAL, "'%.64s' is not a whole number", text);
 		if (n < opt->min || n > opt->max)
 			return error_set(-EINVAL, "'%.64s' is out of range (%u to %u)", text, opt->min,

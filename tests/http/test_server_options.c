@@ -158,6 +158,9 @@ Test(server_options, a_bad_value_is_named_and_changes_nothing)
 	cr_expect_eq(dormant_server_options_set(o, "token", "two words"), -EINVAL);
 	cr_expect_null(strstr(dormant_last_error(), "two words"), "the token was repeated");
 	cr_expect_eq(dormant_server_options_set_int(o, "threads", 0), -EINVAL);
+	cr_expect_eq(dormant_server_options_set(o, "threads", " 8"), -EINVAL);
+	cr_expect_eq(dormant_server_options_set(o, "threads", "+8"), -EINVAL);
+	cr_expect_eq(dormant_server_options_set(o, "threads", "8x"), -EINVAL);
 	cr_expect_eq(dormant_server_options_set_int(o, "threads", 1LL << 40), -EINVAL);
 	cr_expect_str_eq(get(o, "threads"), "8");
 	dormant_server_options_destroy(o);
