@@ -404,7 +404,8 @@ def test_dashboard_structure():
     names = {v["name"] for v in d["templating"]["list"]}
     assert {"datasource", "namespace", "window"} <= names
     titles = " ".join(p["title"].lower() for p in d["panels"])
-    for topic in ("state per rank", "device bytes", "host bytes", "duration", "failed"):
+    for topic in ("state per rank", "device bytes", "host bytes", "duration", "time goes",
+                  "failed"):
         assert topic in titles
     for p in d["panels"]:
         if p["type"] == "row":
