@@ -205,8 +205,9 @@ static void times_add_expected(struct dormant_transition_times *sum,
 static void expect_times_eq(const struct dormant_transition_times *got,
 			    const struct dormant_transition_times *want, const char *kind)
 {
-#define EQ(part) cr_expect_eq(got->part, want->part, "%s " #part ": %.17g, the reports sum to %.17g", \
-			      kind, got->part, want->part);
+#define EQ(part)                                                               \
+	cr_expect_eq(got->part, want->part, "%s " #part ": %.17g, the reports sum to %.17g", \
+		     kind, got->part, want->part);
 	EACH_PART(EQ)
 #undef EQ
 }
