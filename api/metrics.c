@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,27 @@
 #endif
 
 static const char *const kind_names[API_KINDS] = { "sleep", "wake" };
+
+/* The parts of struct dormant_transition_times, by their phase label. */
+static const struct {
+	const char *name;
+	size_t offset;
+} phases[] = {
+	{ "sync", offsetof(struct dormant_transition_times, sync_s) },
+	{ "host_prep", offsetof(struct dormant_transition_times, host_prep_s) },
+	{ "host_pin", offsetof(struct dormant_transition_times, host_pin_s) },
+	{ "host_wait", offsetof(struct dormant_transition_times, host_wait_s) },
+	{ "copy", offsetof(struct dormant_transition_times, copy_s) },
+	{ "release", offsetof(struct dormant_transition_times, release_s) },
+	{ "map", offsetof(struct dormant_transition_times, map_s) },
+	{ "map_wait", offsetof(struct dormant_transition_times, map_wait_s) },
+	{ "zero_wait", offsetof(struct dormant_transition_times, zero_wait_s) },
+};
+
+static double phase_seconds(const struct dormant_transition_times *t, size_t i)
+{
+	return *(const double *)((const char *)t + phases[i].offset);
+}
 
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
@@ -88,6 +110,9 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 								    &st->last_wake };
 	const struct dormant_histogram *hist[API_KINDS] = { &st->sleep_seconds,
 							     &st->wake_seconds };
+	const struct dormant_transition_times *times_total[API_KINDS] = {
+		&st->sleep_times_total, &st->wake_times_total
+	};
 	const uint64_t ok[API_KINDS] = { st->sleeps_ok, st->wakes_ok };
 	const uint64_t failed[API_KINDS] = { st->sleeps_failed, st->wakes_failed };
 
@@ -166,6 +191,18 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	       "Wall time of the sleeps and wakes that ran (changed something or failed).");
 	for (int k = 0; k < API_KINDS; k++)
 		histogram(f, kind_names[k], hist[k]);
+
+	family(f, "dormant_transition_phase_seconds_total", "counter",
+	       "Seconds the sleeps and wakes that ran spent in each phase (the parts of "
+	       "their reports' times; a part is summed over the threads that did it, so "
+	       "the parts may add up to more than the duration).");
+	for (int k = 0; k < API_KINDS; k++) {
+		for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+			fprintf(f, "dormant_transition_phase_seconds_total{kind=\"%s\",phase=\"%s\"}",
+				kind_names[k], phases[i].name);
+			value_double(f, phase_seconds(times_total[k], i));
+		}
+	}
 
 	family(f, "dormant_transition_running", "gauge", "1 while a sleep or wake runs.");
 	fprintf(f, "dormant_transition_running %d\n", st->transition_running ? 1 : 0);

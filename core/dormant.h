@@ -527,6 +527,11 @@ struct dormant_stats {
 	uint64_t bytes_unchanged_total; /* unchanged, so not copied (retain mode) */
 	uint64_t chunks_verified_total;
 	uint64_t chunk_mismatches_total;
+	/* struct dormant_transition_times summed over every sleep and every
+	 * wake that ran (changed something or failed: the transitions the
+	 * duration histograms observe), each part on its own */
+	struct dormant_transition_times sleep_times_total;
+	struct dormant_transition_times wake_times_total;
 };
 
 /*

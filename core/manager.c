@@ -854,6 +854,8 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;
 	ret->wake_seconds = m->wake_seconds;
+	ret->sleep_times_total = m->sleep_times_total;
+	ret->wake_times_total = m->wake_times_total;
 	pthread_mutex_unlock(&m->lock);
 
 	ret->staging_bytes = atomic_load(&m->engine.staging_held);

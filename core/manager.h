@@ -127,6 +127,7 @@ struct dormant {
 	uint64_t bytes_unchanged_total, chunks_verified_total, chunk_mismatches_total;
 	struct dormant_transition_stats last_sleep, last_wake;
 	struct dormant_histogram sleep_seconds, wake_seconds;
+	struct dormant_transition_times sleep_times_total, wake_times_total;
 };
 
 /* The policy an allocation's memory sleeps and wakes with now. Call with

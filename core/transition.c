@@ -225,12 +225,29 @@ static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
 	return true;
 }
 
+/* Add each part of *t to *sum (the stats' sleep_times_total, wake_times_total). */
+static void times_add(struct dormant_transition_times *sum,
+		      const struct dormant_transition_times *t)
+{
+	sum->sync_s += t->sync_s;
+	sum->host_prep_s += t->host_prep_s;
+	sum->host_pin_s += t->host_pin_s;
+	sum->host_wait_s += t->host_wait_s;
+	sum->copy_s += t->copy_s;
+	sum->release_s += t->release_s;
+	sum->map_s += t->map_s;
+	sum->map_wait_s += t->map_wait_s;
+	sum->zero_wait_s += t->zero_wait_s;
+}
+
 /* Settle states, free what was freed meanwhile, count. Called with m->lock. */
 static void settle(struct dormant *m, struct transition *t, int result)
 {
 	struct dormant_report *rep = t->report;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
+	struct dormant_transition_times *sum =
+		t->sleep ? &m->sleep_times_total : &m->wake_times_total;
 	double duration = rep->duration_s;
 	int bucket = 0;
 
@@ -325,6 +342,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	h->counts[bucket]++;
 	h->count++;
 	h->sum_s += duration;
+	times_add(sum, &t->totals.times);
 }
 
 static int transition_run(struct dormant *m, bool sleep, const char *const *names,

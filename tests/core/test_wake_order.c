@@ -188,6 +188,73 @@ Test(times, transitions_say_where_their_time_went)
 	}
 }
 
+/* Every part of struct dormant_transition_times, by name: what
+ * dormant_stats' sleep_times_total and wake_times_total sum. */
+#define EACH_PART(X)                                                            \
+	X(sync_s) X(host_prep_s) X(host_pin_s) X(host_wait_s) X(copy_s) X(release_s) \
+	X(map_s) X(map_wait_s) X(zero_wait_s)
+
+static void times_add_expected(struct dormant_transition_times *sum,
+			       const struct dormant_transition_times *t)
+{
+#define ADD(part) sum->part += t->part;
+	EACH_PART(ADD)
+#undef ADD
+}
+
+static void expect_times_eq(const struct dormant_transition_times *got,
+			    const struct dormant_transition_times *want, const char *kind)
+{
+#define EQ(part)                                                               \
+	cr_expect_eq(got->part, want->part, "%s " #part ": %.17g, the reports sum to %.17g", \
+		     kind, got->part, want->part);
+	EACH_PART(EQ)
+#undef EQ
+}
+
+/* The stats sum every part of the times of every sleep and wake that ran, a
+ * failed one too, and nothing for those that changed nothing (the sums
+ * /metrics exports as dormant_transition_phase_seconds_total). */
+Test(times, the_stats_sum_each_part_over_every_transition)
+{
+	struct scene s = scene_new(true);
+	struct dormant_transition_times sleeps = { 0 }, wakes = { 0 };
+	struct dormant_report rep;
+	struct dormant_stats *st;
+
+	st = stats(s.m);
+	expect_times_eq(&st->sleep_times_total, &sleeps, "sleep");
+	expect_times_eq(&st->wake_times_total, &wakes, "wake");
+	for (int round = 0; round < 2; round++) {
+		cr_assert_eq(dormant_sleep(s.m, NULL, &rep), 0, "%s", rep.error);
+		times_add_expected(&sleeps, &rep.times);
+		cr_assert_eq(dormant_sleep(s.m, NULL, &rep), 0, "a sleep that changes nothing");
+		if (round == 1) {
+			cr_assert_eq(dormant_debug_inject_fault(s.m, DORMANT_FAULT_CREATE, 2, -ENOMEM,
+								false), 0);
+			cr_assert_eq(dormant_wake(s.m, NULL, &rep), -ENOMEM, "%s", rep.error);
+			dormant_debug_inject_fault(s.m, DORMANT_FAULT_CREATE, 0, 0, false);
+			cr_expect_gt(rep.times.map_s, 0, "the failed wake mapped a chunk");
+			times_add_expected(&wakes, &rep.times);
+		}
+		cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "%s", rep.error);
+		times_add_expected(&wakes, &rep.times);
+		cr_assert_eq(dormant_wake(s.m, NULL, &rep), 0, "a wake that changes nothing");
+	}
+	st = stats(s.m);
+	expect_times_eq(&st->sleep_times_total, &sleeps, "sleep");
+	expect_times_eq(&st->wake_times_total, &wakes, "wake");
+	/* the parts a host backend's transitions always spend time in */
+	cr_expect_gt(st->sleep_times_total.copy_s, st->last_sleep.times.copy_s);
+	cr_expect_gt(st->sleep_times_total.release_s, st->last_sleep.times.release_s);
+	cr_expect_gt(st->sleep_times_total.host_prep_s, st->last_sleep.times.host_prep_s);
+	cr_expect_gt(st->wake_times_total.map_s, st->last_wake.times.map_s);
+	cr_expect_gt(st->wake_times_total.copy_s, st->last_wake.times.copy_s);
+	cr_expect_gt(st->wake_times_total.release_s, 0, "the failed wake gave back its maps");
+	expect_intact(&s);
+	dormant_destroy(s.m);
+}
+
 /* Several mapper threads (DORMANT_WAKE_MAP_THREADS): whichever chunk's
  * creation or mapping fails, the wake fails cleanly and the retry works. */
 Test(wake_order, several_mapper_threads_fail_cleanly_and_restore_everything)

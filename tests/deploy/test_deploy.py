@@ -404,7 +404,8 @@ def test_dashboard_structure():
     names = {v["name"] for v in d["templating"]["list"]}
     assert {"datasource", "namespace", "window"} <= names
     titles = " ".join(p["title"].lower() for p in d["panels"])
-    for topic in ("state per rank", "device bytes", "host bytes", "duration", "failed"):
+    for topic in ("state per rank", "device bytes", "host bytes", "duration", "time goes",
+                  "failed"):
         assert topic in titles
     for p in d["panels"]:
         if p["type"] == "row":
@@ -467,6 +468,40 @@ def test_live_metrics_pass_promtool_and_hold_what_we_use(daemon):
         assert f'{label}="' not in text
     assert re.search(r'^dormant_last_transition_success\{kind="wake"\} 1$', text, re.M)
     assert re.search(r'^dormant_transitions_total\{kind="wake",result="failed"\} 1$', text, re.M)
+
+
+PHASES = ("sync", "host_prep", "host_pin", "host_wait", "copy", "release", "map", "map_wait",
+          "zero_wait")
+
+
+def test_live_phase_seconds_sum_every_transition(daemon):
+    """dormant_transition_phase_seconds_total{kind,phase}: every part of the
+    times /stats reports for each sleep and wake that ran, summed, a failed
+    wake's too; no-ops add nothing."""
+    d = daemon("--fail-wakes", "1")
+    rank = Client([d.url], token=False, retries=0, timeout=10, raise_on_error=False)
+    want = {(k, p): 0.0 for k in ("sleep", "wake") for p in PHASES}
+    runs = 0
+    for action, status, ran in (("sleep", 200, True), ("sleep", 200, False), ("wake", 503, True),
+                                ("wake", 200, True), ("wake", 200, False), ("sleep", 200, True),
+                                ("wake", 200, True)):
+        assert getattr(rank, action)()[0].status == status, action
+        if ran:
+            runs += 1
+            last = rank.stats()[0].body[f"last_{action}"]
+            for p in PHASES:
+                want[action, p] += last["times"][f"{p}_s"]
+    text = live_metrics(d)
+    assert re.search(r"^# TYPE dormant_transition_phase_seconds_total counter$", text, re.M)
+    got = {(k, p): float(v) for k, p, v in re.findall(
+        r'^dormant_transition_phase_seconds_total\{kind="(\w+)",phase="(\w+)"\} (\S+)$',
+        text, re.M)}
+    assert set(got) == set(want), set(got) ^ set(want)
+    for key, value in want.items():
+        # /stats rounds each part to the nanosecond
+        assert abs(got[key] - value) <= runs * 1e-9, f"{key}: /metrics {got[key]}, /stats {value}"
+    for key in (("sleep", "copy"), ("sleep", "release"), ("wake", "map"), ("wake", "copy")):
+        assert got[key] > 0, key
 
 
 # ---- the rank launcher ---------------------------------------------------------------
