@@ -8,6 +8,11 @@
  *   2  dormantctl --tags lists, and the JSON body made of them: every tag
  *      dormantctl accepts the server accepts too
  *   3  dormantctl's whole numbers and seconds
+ *   4  core's option lists (dormant_options_parse): 0 or -EINVAL, and the
+ *      options it accepted make a manager (host backend) or a clear error
+ *   5  the server's option lists (dormant_server_options_parse): all or
+ *      nothing (a refused list changes no option), and a list accepted once
+ *      is accepted again with the same result
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +24,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "dormant-server.h"
 #include "dormant.h"
 #include "fuzz_common.h"
 
@@ -171,6 +177,67 @@ static void check_numbers(const char *text)
 		CHECK(isfinite(s) && s >= 0.001 && s <= SECONDS_MAX);
 }
 
+static void check_core_options(const char *text)
+{
+	struct dormant_options *o = NULL;
+	struct dormant *m = NULL;
+	int r;
+
+	CHECK(dormant_options_new(&o) == 0);
+	/* a small simulated device, so an accepted size never asks for much */
+	CHECK(dormant_options_parse(o, "backend=host,host_device_bytes=64MiB") == 0);
+	r = dormant_options_parse(o, text);
+	CHECK(r == 0 || r == -EINVAL);
+	CHECK(r == 0 || dormant_last_error()[0] != '\0');
+	if (r == 0 && !strstr(text, "backend") && !strstr(text, "host_device")) {
+		/* what the table accepted, the manager takes, or refuses with a message */
+		r = dormant_new(o, &m);
+		CHECK(r == 0 || (r < 0 && dormant_last_error()[0] != '\0'));
+		dormant_destroy(m);
+	}
+	dormant_options_destroy(o);
+}
+
+/* Every server option's value, NUL-separated, into buf. */
+static size_t server_values(const struct dormant_server_options *o, char *buf, size_t size)
+{
+	size_t used = 0;
+	const char *name;
+
+	for (size_t i = 0; (name = dormant_server_option_name(i)); i++) {
+		int n = dormant_server_options_get(o, name, buf + used, size - used);
+
+		CHECK(n >= 0);
+		used += (size_t)n + 1;
+		CHECK(used < size);
+	}
+	return used;
+}
+
+static void check_server_options(const char *text)
+{
+	static char before[1 << 14], after[1 << 14], again[1 << 14];
+	struct dormant_server_options *o = NULL;
+	size_t nb, na, ng;
+	int r;
+
+	CHECK(dormant_server_options_new(&o) == 0);
+	CHECK(dormant_server_options_parse(o, "threads=3,quiet=true") == 0);
+	nb = server_values(o, before, sizeof(before));
+	r = dormant_server_options_parse(o, text);
+	CHECK(r == 0 || r == -EINVAL);
+	na = server_values(o, after, sizeof(after));
+	if (r < 0) {
+		CHECK(dormant_last_error()[0] != '\0');
+		CHECK(na == nb && memcmp(before, after, nb) == 0); /* all or nothing */
+	} else {
+		CHECK(dormant_server_options_parse(o, text) == 0);
+		ng = server_values(o, again, sizeof(again));
+		CHECK(ng == na && memcmp(after, again, na) == 0);
+	}
+	dormant_server_options_destroy(o);
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	char *text;
@@ -182,7 +249,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		return 0;
 	text = strndup((const char *)data + 1, size - 1);
 	CHECK(text);
-	switch (data[0] % 4) {
+	switch (data[0] % 6) {
 	case 0:
 		r = size_parse(text, &got);
 		ok = reference_size(text, &want);
@@ -199,6 +266,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		break;
 	case 3:
 		check_numbers(text);
+		break;
+	case 4:
+		check_core_options(text);
+		break;
+	case 5:
+		check_server_options(text);
 		break;
 	}
 	free(text);
