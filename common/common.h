@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What core/, api/ and server/ share (a static library linked into each, not
- * part of the public API): the calling thread's error message behind
- * dormant_last_error(), clocks, and the parsers of sizes and tag names. The
- * private headers of each component stay with it.
+ * What core/, api/, server/ and ctl/ share (a static library linked into
+ * each, not part of the public API): the calling thread's error message
+ * behind dormant_last_error(), clocks, the parsers of sizes and tag names,
+ * and the discovery records' directory. The private headers of each
+ * component stay with it.
  */
 #ifndef DORMANT_COMMON_H
 #define DORMANT_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,5 +57,19 @@ int tag_name_check(const char *tag);
 
 /* Read a size like "64MiB", "1G", "4096" into *ret; -EINVAL otherwise. */
 int size_parse(const char *text, size_t *ret);
+
+/* ---- discovery records (runtime.c) --------------------------------------- */
+
+/* The directory of the discovery records: dir when given, else
+ * $DORMANT_RUNTIME_DIR, else $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID
+ * (then *shared_tmp, unless NULL, is true: a directory everyone may create,
+ * whose owner must be checked). -ENAMETOOLONG when it does not fit in size. */
+int runtime_dir_name(const char *dir, char *ret, size_t size, bool *shared_tmp);
+
+/* The start time of process pid (0: this process) in clock ticks since boot,
+ * field 22 of its /proc stat: with the pid it names a process even after the
+ * pid is reused. -1 when it cannot be read (no /proc, another user's process
+ * under hidepid). */
+long long process_start_ticks(long long pid);
 
 #endif

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
+
 #define RECORD_VERSION 1
 
 __attribute__((format(printf, 4, 5)))
@@ -28,18 +30,7 @@ static int fail(char *err, size_t err_size, int error, const char *fmt, ...)
 
 int ctl_discovery_dir(const char *dir, char *ret, size_t size, char *err, size_t err_size)
 {
-	const char *env;
-	int n;
-
-	if (dir && *dir)
-		n = snprintf(ret, size, "%s", dir);
-	else if ((env = getenv("DORMANT_RUNTIME_DIR")) && *env)
-		n = snprintf(ret, size, "%s", env);
-	else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
-		n = snprintf(ret, size, "%s/dormant", env);
-	else
-		n = snprintf(ret, size, "/tmp/dormant-%u", (unsigned)getuid());
-	if (n < 0 || (size_t)n >= size)
+	if (runtime_dir_name(dir, ret, size, NULL) < 0)
 		return fail(err, err_size, -ENAMETOOLONG, "the discovery directory name is too long");
 	return 0;
 }
@@ -49,31 +40,6 @@ struct record {
 	char *url;
 	long long pid, rank, local_rank; /* -1: unknown */
 };
-
-/* The start time of process pid in clock ticks (field 22 of its stat), or -1
- * when it cannot be read (another user's process under hidepid, no /proc). */
-static long long process_start_ticks(long long pid)
-{
-	char path[64], buf[1024], *p;
-	long long ticks = -1;
-	size_t len;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%lld/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	len = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	p = strrchr(buf, ')');
-	for (int field = 3; p && field <= 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (p && field == 22)
-			ticks = strtoll(p + 1, NULL, 10);
-	}
-	return ticks;
-}
 
 /* Whether the process that wrote the record is gone. */
 static bool record_stale(long long pid, json_t *start_ticks)

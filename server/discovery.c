@@ -21,22 +21,10 @@ static atomic_uint serial;
 
 int discovery_dir(const char *dir, char *ret, size_t size)
 {
-	const char *env;
-	bool private_tmp = false;
+	bool private_tmp;
 	struct stat st;
-	int n;
 
-	if (dir && *dir)
-		n = snprintf(ret, size, "%s", dir);
-	else if ((env = getenv("DORMANT_RUNTIME_DIR")) && *env)
-		n = snprintf(ret, size, "%s", env);
-	else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
-		n = snprintf(ret, size, "%s/dormant", env);
-	else {
-		n = snprintf(ret, size, "/tmp/dormant-%u", (unsigned)getuid());
-		private_tmp = true;
-	}
-	if (n < 0 || (size_t)n >= size)
+	if (runtime_dir_name(dir, ret, size, &private_tmp) < 0)
 		return error_set(-ENAMETOOLONG, "the discovery directory name is too long");
 	if (mkdir(ret, 0700) < 0 && errno != EEXIST)
 		return error_set(-errno, "creating the discovery directory %s: %s", ret,
@@ -51,33 +39,6 @@ int discovery_dir(const char *dir, char *ret, size_t size)
 	if (!private_tmp && stat(ret, &st) == 0 && !S_ISDIR(st.st_mode))
 		return error_set(-ENOTDIR, "the discovery directory %s is not a directory", ret);
 	return 0;
-}
-
-/* The process's start time in clock ticks since boot (field 22 of
- * /proc/self/stat): with the pid, it names this process even after the pid
- * is reused. -1 when unknown. */
-static long long start_ticks(void)
-{
-	char buf[1024], *p;
-	long long ticks = -1;
-	size_t len;
-	FILE *f = fopen("/proc/self/stat", "re");
-
-	if (!f)
-		return -1;
-	len = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	p = strrchr(buf, ')'); /* the command name may hold spaces */
-	if (!p)
-		return -1;
-	/* after ")" come " 3 4 ...": p moves to the blank before each field */
-	for (int field = 3; p && field <= 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (p && field == 22)
-			ticks = strtoll(p + 1, NULL, 10);
-	}
-	return ticks > 0 ? ticks : -1;
 }
 
 /* An integer from the environment (RANK, LOCAL_RANK, WORLD_SIZE), or null. */
@@ -110,7 +71,7 @@ int discovery_publish(const char *dir, const char *role, const char *url, int po
 		      char *ret_path, size_t size)
 {
 	char directory[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX], host[256];
-	long long ticks = start_ticks();
+	long long ticks = process_start_ticks(0);
 	struct timespec now;
 	json_t *doc;
 	char *text;
