@@ -116,12 +116,14 @@ void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 /* Helpers of handlers.c that compat.c shares. api_respond_json steals doc
  * (NULL: out of memory); api_stats_fetch fills resp and returns < 0 on
  * failure, else *ret is malloc()ed; api_respond_transition answers the
- * report (stolen) of a transition that returned r. */
+ * report (stolen) of a transition that returned r; api_body_object returns
+ * the body as a JSON object the caller owns, or NULL with a 400 in resp. */
 void api_respond_json(struct api_response *resp, int status, json_t *doc);
 void api_respond_out_of_memory(struct api_response *resp);
 void api_quote(char *buf, size_t size, const char *s);
 bool api_body_blank(const struct api_request *req);
 bool api_body_is_json(const struct api_request *req);
+json_t *api_body_object(const struct api_request *req, struct api_response *resp);
 int api_stats_fetch(struct api_context *ctx, struct dormant_stats **ret,
 		    struct api_response *resp);
 void api_respond_transition(struct api_context *ctx, enum api_kind kind, int r, json_t *report,

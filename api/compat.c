@@ -109,7 +109,6 @@ static const char *const *compat_list(struct compat_tags *t, const struct dorman
 static bool compat_body(const struct api_request *req, const struct dormant_stats *stats,
 			struct compat_tags *t, struct api_response *resp)
 {
-	json_error_t error;
 	json_t *doc, *tags, *value;
 	bool ok = false;
 	char shown[64];
@@ -124,17 +123,9 @@ static bool compat_body(const struct api_request *req, const struct dormant_stat
 			    shown);
 		return false;
 	}
-	doc = json_loadb(req->body, req->body_size, JSON_REJECT_DUPLICATES, &error);
-	if (!doc) {
-		api_problem(resp, 400, "bad-request", NULL, "malformed JSON at byte %d: %s",
-			    error.position, error.text);
+	doc = api_body_object(req, resp);
+	if (!doc)
 		return false;
-	}
-	if (!json_is_object(doc)) {
-		api_problem(resp, 400, "bad-request", NULL,
-			    "the body must be a JSON object such as {\"tags\": [\"weights\"]}");
-		goto out;
-	}
 	tags = json_object_get(doc, "tags");
 	if (!tags || json_is_null(tags)) {
 		ok = true;

@@ -286,26 +286,39 @@ static bool parse_query(const struct api_request *req, bool level_allowed, struc
 	return true;
 }
 
-static bool parse_body(const struct api_request *req, struct tag_list *list,
-		       struct api_response *resp)
+/* The body as a JSON object (the caller owns it), or NULL with a 400 in resp:
+ * malformed JSON, or JSON that is not an object. */
+static json_t *body_object(const struct api_request *req, struct api_response *resp)
 {
 	json_error_t error;
-	json_t *doc, *tags, *value;
-	const char *key;
-	bool ok = false;
-	size_t i;
+	json_t *doc;
 
 	doc = json_loadb(req->body, req->body_size, JSON_REJECT_DUPLICATES, &error);
 	if (!doc) {
 		api_problem(resp, 400, "bad-request", NULL, "malformed JSON at byte %d: %s",
 			    error.position, error.text);
-		return false;
+		return NULL;
 	}
 	if (!json_is_object(doc)) {
 		api_problem(resp, 400, "bad-request", NULL,
 			    "the body must be a JSON object such as {\"tags\": [\"weights\"]}");
-		goto out;
+		json_decref(doc);
+		return NULL;
 	}
+	return doc;
+}
+
+static bool parse_body(const struct api_request *req, struct tag_list *list,
+		       struct api_response *resp)
+{
+	json_t *doc, *tags, *value;
+	const char *key;
+	bool ok = false;
+	size_t i;
+
+	doc = body_object(req, resp);
+	if (!doc)
+		return false;
 	json_object_foreach(doc, key, value) {
 		char shown[64];
 
@@ -592,6 +605,11 @@ bool api_body_blank(const struct api_request *req)
 bool api_body_is_json(const struct api_request *req)
 {
 	return is_json_media_type(req->content_type);
+}
+
+json_t *api_body_object(const struct api_request *req, struct api_response *resp)
+{
+	return body_object(req, resp);
 }
 
 int api_stats_fetch(struct api_context *ctx, struct dormant_stats **ret,
