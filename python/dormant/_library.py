@@ -171,49 +171,38 @@ class Library:
                 f"export (built without it, or older than this package)", 38)  # ENOSYS
         return getattr(self, name)
 
+    def _option_table(self, prefix, fields):
+        """The rows of one of the library's option tables: each a dict of
+        fields, read with the functions prefix + field (text, None if none)."""
+        if not self.has(prefix + "name"):
+            return []
+        out = []
+        i = 0
+        while getattr(self, prefix + "name")(i) is not None:
+            row = {}
+            for name in fields:
+                value = getattr(self, prefix + name)(i)
+                row[name] = value.decode("utf-8") if value is not None else None
+            out.append(row)
+            i += 1
+        return out
+
     def options(self):
         """The manager options this library knows (dormant_option_*()), as a
         list of dicts: name, type, values (enum: a list, else None), default,
         env (None if none) and doc."""
-        if not self.has("dormant_option_name"):
-            return []
-        def text(fn, i):
-            value = fn(i)
-            return value.decode("utf-8") if value is not None else None
-
-        out = []
-        i = 0
-        while self.dormant_option_name(i) is not None:
-            values = text(self.dormant_option_values, i)
-            out.append({"name": text(self.dormant_option_name, i),
-                        "type": text(self.dormant_option_type, i),
-                        "values": values.split("|") if values else None,
-                        "default": text(self.dormant_option_default, i),
-                        "env": text(self.dormant_option_env, i),
-                        "doc": text(self.dormant_option_doc, i)})
-            i += 1
-        return out
+        rows = self._option_table("dormant_option_",
+                                  ("name", "type", "values", "default", "env", "doc"))
+        for row in rows:
+            row["values"] = row["values"].split("|") if row["values"] else None
+        return rows
 
     def server_options(self):
         """The server options this library knows (dormant_server_option_*()),
         as a list of dicts: name, type ("text", "int", "bool"), default, env
         (None if none) and doc."""
-        if not self.has("dormant_server_option_name"):
-            return []
-        def text(fn, i):
-            value = fn(i)
-            return value.decode("utf-8") if value is not None else None
-
-        out = []
-        i = 0
-        while self.dormant_server_option_name(i) is not None:
-            out.append({"name": text(self.dormant_server_option_name, i),
-                        "type": text(self.dormant_server_option_type, i),
-                        "default": text(self.dormant_server_option_default, i),
-                        "env": text(self.dormant_server_option_env, i),
-                        "doc": text(self.dormant_server_option_doc, i)})
-            i += 1
-        return out
+        return self._option_table("dormant_server_option_",
+                                  ("name", "type", "default", "env", "doc"))
 
     def last_error(self):
         msg = self.dormant_last_error()
