@@ -268,8 +268,8 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	}
 }
 
-int api_metrics_text(const struct dormant_stats *stats, const char *extra, char **ret_text,
-		     size_t *ret_size)
+int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const char *extra,
+		     char **ret_text, size_t *ret_size)
 {
 	char *text = NULL;
 	size_t size = 0;
@@ -280,6 +280,9 @@ int api_metrics_text(const struct dormant_stats *stats, const char *extra, char 
 	if (!f)
 		return error_set(-ENOMEM, "out of host memory");
 	write_metrics(f, stats);
+	family(f, "dormant_faults_armed", "gauge",
+	       "1 when the fault switch (a test tool) makes sleeps and wakes fail on purpose.");
+	fprintf(f, "dormant_faults_armed %d\n", faults_armed ? 1 : 0);
 	if (extra && *extra) {
 		fputs(extra, f);
 		if (extra[strlen(extra) - 1] != '\n')

@@ -67,6 +67,7 @@ struct dormant_server {
 	bool quiet;
 	struct listener listener; /* listen.c: the socket, port, url */
 	struct fault_switch faults;
+	char *faults_text; /* its rules when armed: /stats, /metrics */
 
 	struct conn_table conns; /* every open connection, the limits, the watchdog */
 
@@ -654,6 +655,7 @@ static void server_free(struct dormant_server *s)
 {
 	record_remove(s);
 	faults_remove(&s->faults);
+	free(s->faults_text);
 	if (s->listener.fd >= 0)
 		close(s->listener.fd);
 	listener_unix_remove(&s->listener);
@@ -717,10 +719,31 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		r = listen_tcp(&s->listener, o.listen);
 	if (r < 0)
 		goto err;
+	r = auth_exposure_check(&o, s->token != NULL, s->listener.local, s->listener.url);
+	if (r < 0)
+		goto err;
+	if (!s->token && !s->listener.local)
+		fprintf(stderr, "dormant: warning: no authentication on %s (insecure_no_auth): "
+				"anyone who reaches it can sleep and wake this trainer\n",
+			s->listener.url);
 
 	r = faults_install(&s->faults, m);
 	if (r < 0)
 		goto err;
+	if (s->faults.count) {
+		s->faults_text = strdup(o.faults);
+		if (!s->faults_text) {
+			r = error_set(-ENOMEM, "out of host memory");
+			goto err;
+		}
+		s->api.faults = s->faults_text;
+		/* never silent, quiet or not: sleeps and wakes will fail */
+		fprintf(stderr, "dormant: warning: fault injection armed (a test tool): %s\n",
+			s->faults_text);
+	} else if (getenv("DORMANT_FAULTS") && *getenv("DORMANT_FAULTS")) {
+		fprintf(stderr, "dormant: warning: $DORMANT_FAULTS is ignored: faults are armed "
+				"only by the faults option (dormantd --fault)\n");
+	}
 	if (fstat(s->listener.fd, &listen_st) < 0) {
 		r = socket_errno(errno, "checking the socket of", s->listener.url);
 		goto err;
