@@ -9,7 +9,8 @@
  *
  * Conventions as in dormant.h: 0 or a negative errno, message in
  * dormant_last_error(), never exits or prints (except the access log, which
- * goes to stderr unless quiet is set).
+ * goes to stderr unless quiet is set, and one line on stderr at start when
+ * faults are armed or a server beyond loopback has no token).
  */
 #ifndef DORMANT_SERVER_H
 #define DORMANT_SERVER_H
@@ -156,6 +157,8 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s);
 /* Write the TCP port and a newline to path, under another name first and
  * then renamed, so that a reader polling for the file never sees half a
  * number (how a launcher learns the port of a server started on port 0).
+ * The other name is new (path.XXXXXX, created exclusively): a link planted
+ * there is never written through.
  * Returns -EINVAL (NULL arguments, a Unix-socket server), -ENAMETOOLONG, or
  * the errno of the failed file operation. Thread-safe. */
 DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
