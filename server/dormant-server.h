@@ -56,7 +56,13 @@ typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
  *   token_file              a file holding it (surrounding white space trimmed);
  *                           token, else token_file; when neither is set,
  *                           $DORMANT_TOKEN, else the contents of $DORMANT_TOKEN_FILE;
- *                           none of them: no authentication
+ *                           none of them: no authentication, allowed on loopback
+ *                           and Unix sockets only (else start fails with -EINVAL)
+ *                           unless insecure_no_auth. A token starting with
+ *                           REPLACE-ME (deploy's placeholder) is refused
+ *   insecure_no_auth        bool, default $DORMANT_INSECURE_NO_AUTH, else false:
+ *                           serve without a token on any address (a warning line
+ *                           on stderr at start)
  *   open_probes             bool: /healthz, /readyz, /metrics open when a token is set
  *   threads                 1 to 256, default 4: threads that answer requests (a
  *                           sleep or wake runs on a thread of its own meanwhile)
@@ -80,8 +86,12 @@ typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
  *   faults                  the fault switch, a test tool: rules
  *                           "WHEN:OP[:NTH[:ERROR[:TIMES]]]" separated by commas
  *                           (docs/testing.md), e.g. "wake:create" or
- *                           "sleep:copy:2:EIO:0"; default $DORMANT_FAULTS, else none
- *                           ("" sets none)
+ *                           "sleep:copy:2:EIO:0"; default none, never from the
+ *                           environment ($DORMANT_FAULTS is ignored, with a warning
+ *                           on stderr). Rules that could never fire (sleep:create,
+ *                           sleep:map, wake:host-alloc) are refused. Armed: a line
+ *                           on stderr at start, "faults" in /stats,
+ *                           dormant_faults_armed in /metrics
  *   publish                 0 (default), 1 or an absolute directory: publish a
  *                           discovery record at start (dormant_server_publish());
  *                           default $DORMANT_PUBLISH

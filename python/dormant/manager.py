@@ -661,7 +661,9 @@ class Manager:
         seconds; request_timeout_s (10) for a whole request from a
         connection's opening or last answer. faults: a test tool, device
         faults armed at sleeps and wakes ("wake:create", see
-        docs/testing.md); None: $DORMANT_FAULTS if set, "" none.
+        docs/testing.md); None or "": none ($DORMANT_FAULTS is never read).
+        Listening beyond loopback without a token needs
+        insecure_no_auth=True (a server option, taken by name).
         publish: True (or a directory) writes a discovery record there, so
         that dormantctl --discover and dormant.client.Client.discover() find
         this server on a port 0 (docs/orchestrators.md); None:
