@@ -423,3 +423,37 @@ def test_rebuild_makes_every_group_on_every_rank_in_one_order():
     names = {r: [e[4] for e in log if e[0] == "new_group" and e[1] == r] for r in range(3)}
     assert names[0] == names[1] == names[2]
     assert all(b.rebuilds == 1 for b in builders)
+
+
+# ---- an orchestrator sleeps the ranks of a job together ------------------------------
+
+def test_sleep_together_has_every_rank_in_flight_at_once():
+    """Two ranks whose after-copies step is collective (a barrier of two, as
+    ncclCommSuspend's): with concurrency=1, sleep() would send the second
+    request only after the first ended, which waits for the second; the
+    together calls send both at once."""
+    from dormant.client import AsyncClient, Client
+    import asyncio
+    barrier = threading.Barrier(2, timeout=20)
+    managers = [dormant.Manager(backend="host", host_device_bytes=64 * MiB, nccl="off")
+                for _ in range(2)]
+    servers = []
+    try:
+        for m in managers:
+            m.alloc("w", MiB)
+            m.add_hook("after_copies", barrier.wait)
+            m.add_hook("before_rebuild", barrier.wait)
+            servers.append(m.serve(quiet=True))
+        urls = [s.url for s in servers]
+        client = Client(urls, concurrency=1, retries=0)
+        assert all(r.ok for r in client.sleep_together())
+        assert all(r.ok for r in client.wake_together())
+        aclient = AsyncClient(urls, concurrency=1, retries=0)
+        assert all(r.ok for r in asyncio.run(aclient.sleep_together()))
+        assert all(r.ok for r in asyncio.run(aclient.wake_together()))
+        assert all(m.stats()["tags"][0]["state"] == "awake" for m in managers)
+    finally:
+        for s in servers:
+            s.stop()
+        for m in managers:
+            m.close()
