@@ -5,7 +5,6 @@ calls, failing or hanging on demand; and an NCCL 2.28.9 without it) and a
 stand-in torch.distributed whose registry (distributed_c10d._world) holds
 the groups, as c10d's does. No torch, no GPU."""
 import ctypes
-import json
 import logging
 import os
 import threading
