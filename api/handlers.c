@@ -101,6 +101,7 @@ static const char *problem_title(const char *slug)
 		{ "cancelled", "Cancelled by a hook" },
 		{ "out-of-memory", "Out of memory" },
 		{ "not-ready", "Not ready" },
+		{ "overloaded", "Overloaded" },
 		{ "device-error", "Device error" },
 		{ "internal", "Internal error" },
 	};

@@ -2,10 +2,15 @@
 #include "conns.h"
 
 #include <arpa/inet.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
+
+#include "listen.h"
 
 /* How often the watchdog looks for connections past request_timeout_s. */
 #define WATCHDOG_PERIOD_S 0.25
@@ -37,7 +42,39 @@ static void client_key_of(const struct sockaddr *addr, struct client_key *key)
 			memcpy(key->addr, a6, 16);
 		}
 	}
-	/* AF_UNIX: every client is the same one */
+}
+
+static bool same_client(const struct conn *a, const struct conn *b)
+{
+	return memcmp(&a->client, &b->client, sizeof(a->client)) == 0;
+}
+
+/* Bytes the kernel has received on a TCP socket since it was accepted
+ * (also those libmicrohttpd has read already); -1 for other sockets. */
+static int64_t tcp_bytes_received(int fd)
+{
+	struct tcp_info info;
+	socklen_t len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) < 0 ||
+	    len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received))
+		return -1;
+	return (int64_t)info.tcpi_bytes_received;
+}
+
+/* Whether a byte of a request has come on c since it began to wait:
+ * waiting in the socket, or read by libmicrohttpd already (the kernel's
+ * count moved) though the request line is not whole yet. */
+static bool conn_bytes_arrived(const struct conn *c)
+{
+	int waiting = 0;
+	int64_t received;
+
+	if (ioctl(c->fd, FIONREAD, &waiting) == 0 && waiting > 0)
+		return true;
+	received = tcp_bytes_received(c->fd);
+	return received >= 0 && (uint64_t)received != c->bytes_at_wait;
 }
 
 /* Close c from outside libmicrohttpd: it sees the end of the stream at its
@@ -47,61 +84,100 @@ static void conn_shut(struct conn_table *t, struct conn *c)
 	if (c->closing)
 		return;
 	c->closing = true;
-	t->count--;
+	if (c->spare)
+		t->spare_count--;
+	else
+		t->count--;
 	shutdown(c->fd, SHUT_RDWR);
 }
 
-/* The connection that has waited longest for a request, among those of
- * client (NULL: any), other than skip; NULL if all are busy. t->lock held. */
-static struct conn *conn_oldest_waiting(struct conn_table *t, const struct client_key *client,
-					const struct conn *skip)
+/* The idle connection to close to make room, among those of client c's
+ * client (NULL: anyone's): idle keep-alive connections before those that
+ * never sent anything, the longest idle first; NULL if none is idle.
+ * t->lock held. */
+static struct conn *conn_idle_victim(struct conn_table *t, const struct conn *client, double now)
 {
-	struct conn *oldest = NULL;
+	for (;;) {
+		struct conn *best = NULL;
 
-	for (struct conn *c = t->conns; c; c = c->next) {
-		if (c == skip || c->busy || c->closing)
-			continue;
-		if (client && memcmp(&c->client, client, sizeof(*client)) != 0)
-			continue;
-		if (!oldest || c->waiting_since_s < oldest->waiting_since_s)
-			oldest = c;
+		for (struct conn *o = t->conns; o; o = o->next) {
+			if (o->closing || o->spare || o->busy || o->receiving ||
+			    now - o->waiting_since_s < t->idle_grace_s)
+				continue;
+			if (client && !same_client(o, client))
+				continue;
+			if (!best || (o->answered && !best->answered) ||
+			    (o->answered == best->answered && o->waiting_since_s < best->waiting_since_s))
+				best = o;
+		}
+		if (!best || !conn_bytes_arrived(best))
+			return best;
+		/* a request is arriving on it: from now on it is never closed
+		 * to make room (conn_waiting() clears this after its answer) */
+		best->receiving = true;
 	}
-	return oldest;
+}
+
+/* Connections of c's client counted against max_per_ip (spare: in spare
+ * slots instead). t->lock held. */
+static unsigned client_count(struct conn_table *t, const struct conn *c, bool spare)
+{
+	unsigned n = 0;
+
+	for (struct conn *o = t->conns; o; o = o->next)
+		if (!o->closing && o->spare == spare && same_client(o, c))
+			n++;
+	return n;
 }
 
 struct conn *conn_opened(struct conn_table *t, int fd, const struct sockaddr *addr)
 {
 	struct conn *c = calloc(1, sizeof(*c));
-	unsigned same_client = 0;
+	bool over = false;
+	double now;
 
 	if (!c)
 		return NULL; /* untracked: libmicrohttpd's own limit still holds */
 	c->fd = fd;
 	client_key_of(addr, &c->client);
-	c->waiting_since_s = monotonic_s();
+	c->local = sockaddr_is_local(addr);
+	now = monotonic_s();
+	c->waiting_since_s = now;
+	c->bytes_at_wait = 0; /* every byte of a fresh connection is a request */
 
 	pthread_mutex_lock(&t->lock);
-	for (struct conn *o = t->conns; o; o = o->next)
-		if (!o->closing && memcmp(&o->client, &c->client, sizeof(c->client)) == 0)
-			same_client++;
+	/* A remote client over its share makes room among its own. */
+	if (!c->local && client_count(t, c, false) + 1 > t->max_per_ip) {
+		struct conn *victim = conn_idle_victim(t, c, now);
+
+		if (victim)
+			conn_shut(t, victim);
+		else
+			over = true;
+	}
+	/* Over the limit of all: anyone's idle connection makes room. */
+	if (!over && t->count + 1 > t->max_connections) {
+		struct conn *victim = conn_idle_victim(t, NULL, now);
+
+		if (victim)
+			conn_shut(t, victim);
+		else
+			over = true;
+	}
+	if (!over) {
+		t->count++;
+	} else if (t->spare_count < CONN_SPARE_SLOTS &&
+		   (c->local || client_count(t, c, true) == 0)) {
+		c->spare = true;
+		t->spare_count++;
+	} else {
+		c->closing = true;
+		shutdown(fd, SHUT_RDWR);
+	}
 	c->next = t->conns;
 	if (t->conns)
 		t->conns->prev = c;
 	t->conns = c;
-	t->count++;
-	/* This client over its share: one of its own connections makes room
-	 * (the new one itself when all the others are being answered). */
-	if (same_client + 1 > t->max_per_ip) {
-		struct conn *victim = conn_oldest_waiting(t, &c->client, c);
-
-		conn_shut(t, victim ? victim : c);
-	}
-	/* Over the limit of all: anyone's, oldest first. */
-	if (!c->closing && t->count > t->max_connections) {
-		struct conn *victim = conn_oldest_waiting(t, NULL, c);
-
-		conn_shut(t, victim ? victim : c);
-	}
 	pthread_mutex_unlock(&t->lock);
 	return c;
 }
@@ -118,11 +194,27 @@ void conn_closed(struct conn_table *t, struct conn *c)
 			t->conns = c->next;
 		if (c->next)
 			c->next->prev = c->prev;
-		if (!c->closing)
-			t->count--;
+		if (!c->closing) {
+			if (c->spare)
+				t->spare_count--;
+			else
+				t->count--;
+		}
 	}
 	pthread_mutex_unlock(&t->lock);
 	free(c);
+}
+
+bool conn_receiving(struct conn_table *t, struct conn *c)
+{
+	bool spare;
+
+	pthread_mutex_lock(&t->lock);
+	if (!c->closing)
+		c->receiving = true;
+	spare = c->spare;
+	pthread_mutex_unlock(&t->lock);
+	return spare;
 }
 
 bool conn_answering(struct conn_table *t, struct conn *c)
@@ -138,9 +230,14 @@ bool conn_answering(struct conn_table *t, struct conn *c)
 
 void conn_waiting(struct conn_table *t, struct conn *c)
 {
+	int64_t received = tcp_bytes_received(c->fd);
+
 	pthread_mutex_lock(&t->lock);
 	c->busy = false;
+	c->receiving = false;
+	c->answered = true;
 	c->waiting_since_s = monotonic_s();
+	c->bytes_at_wait = received >= 0 ? (uint64_t)received : 0;
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -180,6 +277,7 @@ void conn_table_init(struct conn_table *t, unsigned max_connections, unsigned ma
 	t->max_connections = max_connections;
 	t->max_per_ip = max_per_ip;
 	t->request_timeout_s = request_timeout_s;
+	t->idle_grace_s = CONN_IDLE_GRACE_S;
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -12,8 +12,10 @@
  * on_completed() writes the access log line and frees the request.
  *
  * Staying reachable: every connection is in the connection table
- * (conns.c: the limits that make room, the request deadline, the watchdog),
- * and a connection whose request is being answered is never closed by it.
+ * (conns.c: the limits that make room by closing idle connections only, the
+ * spare slots where probes are answered over the limits, the request
+ * deadline, the watchdog); a connection on which a request has begun to
+ * arrive is never closed to make room.
  * Query strings with more parameters than the api takes are cut before
  * libmicrohttpd parses them (see on_uri()).
  *
@@ -71,6 +73,7 @@ struct dormant_server {
 	char *faults_text; /* its rules when armed: /stats, /metrics */
 
 	struct conn_table conns; /* every open connection, the limits, the watchdog */
+	bool unix_listener;      /* listening on a Unix socket */
 
 	/* messages libmicrohttpd logs while starting; later ones are dropped */
 	atomic_bool starting;
@@ -98,6 +101,7 @@ struct params {
 struct request {
 	struct dormant_server *server;
 	struct conn *conn;      /* NULL if it could not be found */
+	bool spare;             /* conn is in a spare slot: a probe or 503 */
 	bool begun;             /* request_begin() ran */
 	bool too_many_params;   /* the query was cut by on_uri() */
 	double start_s;
@@ -185,6 +189,18 @@ static enum MHD_Result send_problem(struct MHD_Connection *connection, struct re
 	return send_response(connection, rq, &resp);
 }
 
+/* 503 with Retry-After: over the connection limits, on a spare slot. */
+static enum MHD_Result send_overloaded(struct MHD_Connection *connection, struct request *rq)
+{
+	struct api_response resp = { 0 };
+
+	api_problem(&resp, 503, "overloaded", NULL,
+		    "too many connections: only probes are answered now; retry after %u s",
+		    CONN_RETRY_AFTER_S);
+	resp.retry_after_s = CONN_RETRY_AFTER_S;
+	return send_response(connection, rq, &resp);
+}
+
 /* ---- connections --------------------------------------------------------- */
 
 static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
@@ -198,9 +214,15 @@ static void on_connection(void *cls, struct MHD_Connection *connection, void **s
 		const union MHD_ConnectionInfo *addr_info =
 			MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 
+		/* every client of a Unix socket is of this node, whatever
+		 * address libmicrohttpd has for it */
+		static const struct sockaddr unix_client = { .sa_family = AF_UNIX };
+		const struct sockaddr *addr = s->unix_listener ? &unix_client
+					      : addr_info ? addr_info->client_addr
+							  : NULL;
+
 		/* untracked without its socket: libmicrohttpd's own limit holds */
-		*socket_context = fd_info ? conn_opened(&s->conns, fd_info->connect_fd,
-							addr_info ? addr_info->client_addr : NULL)
+		*socket_context = fd_info ? conn_opened(&s->conns, fd_info->connect_fd, addr)
 					  : NULL;
 	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
 		conn_closed(&s->conns, *socket_context);
@@ -343,6 +365,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *connectio
 		return NULL; /* request_begin() tries again */
 	rq->server = s;
 	rq->start_s = now_monotonic_s();
+	/* a request is arriving: the limits never close this connection now */
+	rq->conn = conn_of(connection);
+	if (rq->conn)
+		rq->spare = conn_receiving(&s->conns, rq->conn);
 	if (query) {
 		for (const char *p = query + 1; *p; p++)
 			if (*p == '&' || p == query + 1)
@@ -371,7 +397,11 @@ static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connec
 		rq->start_s = now_monotonic_s();
 	}
 	rq->begun = true;
-	rq->conn = conn_of(connection);
+	if (!rq->conn) {
+		rq->conn = conn_of(connection);
+		if (rq->conn)
+			rq->spare = conn_receiving(&s->conns, rq->conn);
+	}
 	log_copy(rq->method, sizeof(rq->method), method);
 	log_copy(rq->path, sizeof(rq->path), url);
 	rq->route = route_find(url);
@@ -389,6 +419,13 @@ static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connec
 	if (refusal) {
 		rq->close = true;
 		return send_problem(connection, rq, 400, "bad-request", refusal);
+	}
+	/* Over the connection limits (conns.c): this connection is in a spare
+	 * slot, answered once and closed; only a probe is served on it. */
+	if (rq->spare) {
+		rq->close = true;
+		if (!(rq->route && rq->route->probe))
+			return send_overloaded(connection, rq);
 	}
 	/* Unknown paths need the token too: they reveal nothing to strangers. */
 	if (s->token && !(rq->route && rq->route->probe && s->open_probes) &&
@@ -729,6 +766,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	r = auth_token_load(&o, &s->token);
 	if (r < 0)
 		goto err;
+	s->unix_listener = o.unix_path != NULL;
 	if (o.unix_path)
 		r = listen_unix(&s->listener, o.unix_path);
 	else
@@ -764,12 +802,13 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		r = socket_errno(errno, "checking the socket of", s->listener.url);
 		goto err;
 	}
-	/* The limits are ours (conn_started()): libmicrohttpd's own limit, which
+	/* The limits are ours (conn_opened()): libmicrohttpd's own limit, which
 	 * it shares out among its threads and enforces by refusing, is set
-	 * above them, so that a connection we close to make room never keeps a
-	 * newer one out while it closes. */
-	mhd_limit = o.max_connections > MAX_CONNECTIONS / 2 ? MAX_CONNECTIONS
-							  : 2 * o.max_connections + o.threads;
+	 * above them and the spare slots, so that a connection we close to
+	 * make room never keeps a newer one out while it closes. */
+	mhd_limit = o.max_connections > MAX_CONNECTIONS / 2
+			    ? MAX_CONNECTIONS
+			    : 2 * o.max_connections + o.threads + CONN_SPARE_SLOTS;
 	atomic_store(&s->starting, true);
 	/*
 	 * poll(), not the epoll that MHD_USE_AUTO picks on Linux. libmicrohttpd
