@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,14 +42,32 @@ static void pause_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* A TCP connection to the server from source address src (NULL: any). */
+static int connect_unix(const struct fixture *f)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = READ_TIMEOUT_S };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", f->unix_path);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* A connection to the server: over its Unix socket if it has one, else
+ * TCP from source address src (NULL: any). */
 static int connect_from(const struct fixture *f, const char *src)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_port = htons((uint16_t)dormant_server_port(f->server)) };
 	struct timeval tv = { .tv_sec = READ_TIMEOUT_S };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd;
 
+	if (f->unix_path[0])
+		return connect_unix(f);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert_geq(fd, 0);
 	if (src) {
 		struct sockaddr_in b = { .sin_family = AF_INET };
@@ -446,14 +465,17 @@ Test(abuse, connections_being_answered_are_not_closed)
 	fixture_stop(&f);
 }
 
-/* A request that has begun to arrive (its head not whole yet) fills the
- * only slot, longer than the idle grace: a newcomer does not close it. */
-Test(abuse, request_arriving_is_not_closed_to_make_room)
+/* A request that has begun to arrive (its head not whole yet, read by the
+ * server already) fills the only slot, longer than the idle grace: a
+ * newcomer does not close it. Over TCP and over a Unix socket (where the
+ * kernel keeps no count of bytes received: only the server's own mark of a
+ * request begun protects it). */
+static void request_arriving(const char *unix_path)
 {
 	static const char head[] = "GET /is_sleeping HTTP/1.1\r\nHost: x\r\nX-Slow: ";
 	struct fixture_config config = {
 		.server = { .threads = 1, .max_connections = 1, .connection_timeout_s = 60,
-			    .request_timeout_s = 60 },
+			    .request_timeout_s = 60, .unix_path = unix_path },
 	};
 	struct fixture f;
 	char buf[4096];
@@ -474,6 +496,20 @@ Test(abuse, request_arriving_is_not_closed_to_make_room)
 	cr_assert(strstr(buf, "HTTP/1.1 200 "), "%s", buf);
 	close(slow);
 	fixture_stop(&f);
+}
+
+Test(abuse, request_arriving_is_not_closed_to_make_room)
+{
+	request_arriving(NULL);
+}
+
+Test(abuse, request_arriving_on_unix_socket_is_not_closed_to_make_room)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/tmp/dormant-abuse-%d.sock", (int)getpid());
+	request_arriving(path);
+	unlink(path);
 }
 
 /* ---- half-closed clients ------------------------------------------------- */
