@@ -2,12 +2,12 @@
 #include "conns.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <time.h>
 
 #include "listen.h"
@@ -63,18 +63,33 @@ static int64_t tcp_bytes_received(int fd)
 	return (int64_t)info.tcpi_bytes_received;
 }
 
-/* Whether a byte of a request has come on c since it began to wait:
- * waiting in the socket, or read by libmicrohttpd already (the kernel's
- * count moved) though the request line is not whole yet. */
-static bool conn_bytes_arrived(const struct conn *c)
+/* Whether bytes have come on c that libmicrohttpd has read already (the
+ * kernel's count moved since c began to wait) though no request line is
+ * whole yet. TCP only. */
+static bool conn_bytes_read(const struct conn *c)
 {
-	int waiting = 0;
-	int64_t received;
+	int64_t received = tcp_bytes_received(c->fd);
 
-	if (ioctl(c->fd, FIONREAD, &waiting) == 0 && waiting > 0)
-		return true;
-	received = tcp_bytes_received(c->fd);
 	return received >= 0 && (uint64_t)received != c->bytes_at_wait;
+}
+
+enum peek {
+	PEEK_NOTHING, /* open, nothing waiting */
+	PEEK_DATA,    /* bytes of a request wait in the socket */
+	PEEK_END,     /* the client has closed (or reset) it */
+};
+
+static enum peek conn_peek(const struct conn *c)
+{
+	char byte;
+	ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n > 0)
+		return PEEK_DATA;
+	if (n == 0)
+		return PEEK_END;
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? PEEK_NOTHING
+									 : PEEK_END;
 }
 
 /* Close c from outside libmicrohttpd: it sees the end of the stream at its
@@ -91,29 +106,44 @@ static void conn_shut(struct conn_table *t, struct conn *c)
 	shutdown(c->fd, SHUT_RDWR);
 }
 
-/* The idle connection to close to make room, among those of client c's
- * client (NULL: anyone's): idle keep-alive connections before those that
- * never sent anything, the longest idle first; NULL if none is idle.
+/* The connection to close to make room, among those of client's client
+ * (NULL: anyone's), in spare slots or not: one whose client has closed it
+ * already (libmicrohttpd has not seen it yet), else an idle keep-alive
+ * connection, else one that never sent anything, the longest idle first;
+ * NULL if none. A connection found with bytes of a request waiting is marked
+ * receiving on the way. Every connection not yet marked is looked at (a
+ * recv(MSG_PEEK) each): only when a new connection goes over a limit.
  * t->lock held. */
-static struct conn *conn_idle_victim(struct conn_table *t, const struct conn *client, double now)
+static struct conn *conn_idle_victim(struct conn_table *t, const struct conn *client, bool spare,
+				     double now)
 {
 	for (;;) {
 		struct conn *best = NULL;
 
 		for (struct conn *o = t->conns; o; o = o->next) {
-			if (o->closing || o->spare || o->busy || o->receiving ||
-			    now - o->waiting_since_s < t->idle_grace_s)
+			if (o->closing || o->spare != spare || o->busy || o->receiving)
 				continue;
 			if (client && !same_client(o, client))
+				continue;
+			switch (conn_peek(o)) {
+			case PEEK_END:
+				return o; /* nothing of it can be answered */
+			case PEEK_DATA:
+				/* from now on it is never closed to make room
+				 * (conn_waiting() clears this after its answer) */
+				o->receiving = true;
+				continue;
+			case PEEK_NOTHING:
+				break;
+			}
+			if (now - o->waiting_since_s < t->idle_grace_s)
 				continue;
 			if (!best || (o->answered && !best->answered) ||
 			    (o->answered == best->answered && o->waiting_since_s < best->waiting_since_s))
 				best = o;
 		}
-		if (!best || !conn_bytes_arrived(best))
+		if (!best || !conn_bytes_read(best))
 			return best;
-		/* a request is arriving on it: from now on it is never closed
-		 * to make room (conn_waiting() clears this after its answer) */
 		best->receiving = true;
 	}
 }
@@ -148,7 +178,7 @@ struct conn *conn_opened(struct conn_table *t, int fd, const struct sockaddr *ad
 	pthread_mutex_lock(&t->lock);
 	/* A remote client over its share makes room among its own. */
 	if (!c->local && client_count(t, c, false) + 1 > t->max_per_ip) {
-		struct conn *victim = conn_idle_victim(t, c, now);
+		struct conn *victim = conn_idle_victim(t, c, false, now);
 
 		if (victim)
 			conn_shut(t, victim);
@@ -157,12 +187,20 @@ struct conn *conn_opened(struct conn_table *t, int fd, const struct sockaddr *ad
 	}
 	/* Over the limit of all: anyone's idle connection makes room. */
 	if (!over && t->count + 1 > t->max_connections) {
-		struct conn *victim = conn_idle_victim(t, NULL, now);
+		struct conn *victim = conn_idle_victim(t, NULL, false, now);
 
 		if (victim)
 			conn_shut(t, victim);
 		else
 			over = true;
+	}
+	/* Spare slots full: one whose client is gone or that stays silent
+	 * makes room. */
+	if (over && t->spare_count >= CONN_SPARE_SLOTS) {
+		struct conn *victim = conn_idle_victim(t, NULL, true, now);
+
+		if (victim)
+			conn_shut(t, victim);
 	}
 	if (!over) {
 		t->count++;

@@ -258,6 +258,29 @@ Test(conns, silent_connection_makes_room_after_keepalives)
 	table_stop(&f);
 }
 
+/* A connection whose client has closed it (libmicrohttpd has not seen the
+ * end yet) makes room first, within the idle grace too: nothing on it can
+ * be answered. A client's flood of short connections leaves such ones
+ * behind. */
+Test(conns, connection_its_client_closed_makes_room_first)
+{
+	struct table_fixture f;
+	unsigned kept, gone, late;
+
+	table_start(&f, 2, 2);
+	f.t.idle_grace_s = 3600; /* nothing is idle long enough */
+	kept = open_from(&f, "10.0.0.1");
+	serve_once(&f, kept);
+	gone = open_from(&f, "10.0.0.2");
+	serve_once(&f, gone);
+	cr_assert_eq(shutdown(f.peers[gone], SHUT_WR), 0); /* its client closes */
+	late = open_from(&f, "10.0.0.3");
+	cr_assert(f.conns[gone]->closing, "a connection its client closed held its slot");
+	cr_assert_not(closed(&f, kept));
+	cr_assert_not(spare(&f, late));
+	table_stop(&f);
+}
+
 /* ---- spare slots --------------------------------------------------------- */
 
 /* With every slot carrying a request, newcomers take the spare slots (where
