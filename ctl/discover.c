@@ -16,6 +16,19 @@
 
 #define RECORD_VERSION 1
 
+/* A message into buf, cut to fit: a long path or parser message is cut on
+ * purpose (the lines are bounded), so that gcc's -Wformat-truncation has
+ * nothing to say. */
+__attribute__((format(printf, 3, 4)))
+static void message_cut(char *buf, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, size, fmt, ap);
+	va_end(ap);
+}
+
 __attribute__((format(printf, 4, 5)))
 static int fail(char *err, size_t err_size, int error, const char *fmt, ...)
 {
@@ -83,8 +96,8 @@ static int record_read(int dirfd, const char *name, const char *role, struct rec
 	}
 	doc = json_loadb(text, (size_t)len, JSON_REJECT_DUPLICATES, &error);
 	if (!doc) {
-		snprintf(why_buf, why_size, "malformed JSON at byte %d: %s", error.position,
-			 error.text);
+		message_cut(why_buf, why_size, "malformed JSON at byte %d: %s", error.position,
+			    error.text);
 		*ret_why = why_buf;
 		return 0;
 	}
@@ -223,8 +236,8 @@ int ctl_endpoints_add_discovered(struct ctl_endpoints *list, const char *dir, co
 			char line[CTL_ERROR_MAX];
 
 			skipped++;
-			snprintf(line, sizeof(line), "%s/%s: skipped, not a dormant discovery "
-				 "record of this user (%s)", directory, entry->d_name, why);
+			message_cut(line, sizeof(line), "%s/%s: skipped, not a dormant discovery "
+				    "record of this user (%s)", directory, entry->d_name, why);
 			if (warn)
 				warn(userdata, line);
 		}
