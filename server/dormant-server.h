@@ -67,16 +67,18 @@ typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
  *   threads                 1 to 256, default 4: threads that answer requests (a
  *                           sleep or wake runs on a thread of its own meanwhile)
  *   max_connections         threads to 65536, default 64. When a new connection
- *                           would go over it, the connection that has waited longest
- *                           for a request (idle keep-alive, or a request still
- *                           arriving) is closed to make room; connections whose
- *                           request is being answered never are. Only when every
- *                           connection is being answered is the new one closed
- *                           instead, so a probe always gets in.
+ *                           would go over it, an idle connection (no byte of a
+ *                           request for 1 s, or closed by its client) is closed to
+ *                           make room, idle keep-alive ones first; one on which a
+ *                           request has begun to arrive never is. With none idle
+ *                           the new one takes one of 8 spare slots: a probe is
+ *                           answered there, anything else gets 503 overloaded
+ *                           with Retry-After, then it is closed.
  *   max_connections_per_ip  1 to max_connections, default 32 (or max_connections if
- *                           smaller): connections of one client address (all of
- *                           loopback is one, as are all clients of a Unix socket);
- *                           over it that client's longest waiting one is closed
+ *                           smaller): connections of one remote client address
+ *                           (loopback and Unix socket clients are not counted per
+ *                           address); over it one of that client's idle ones is
+ *                           closed, or it takes at most one spare slot
  *   connection_timeout_s    1 to 86400, default 30: idle seconds before a
  *                           connection is closed (also while an answer is sent)
  *   request_timeout_s       1 to 86400, default 10: seconds a connection has, from

@@ -111,15 +111,16 @@ static const struct option options[] = {
 	{
 		.name = "max_connections", .type = OPTION_UINT, .offset = FIELD(max_connections),
 		.default_value = "64", .min = 1, .max = 65536,
-		.doc = "concurrent connections, at least threads; over it the connection that "
-		       "waited longest for a request is closed",
+		.doc = "concurrent connections, at least threads; over it an idle connection "
+		       "is closed (never one carrying a request), else the newcomer gets a "
+		       "spare slot: probes answered, others 503 with Retry-After",
 	},
 	{
 		.name = "max_connections_per_ip", .type = OPTION_UINT,
 		.offset = FIELD(max_connections_per_ip), .default_value = "32",
 		.default_doc = "32, or max_connections if smaller", .min = 1, .max = 65536,
-		.doc = "connections of one client address at once (all of loopback is one), at "
-		       "most max_connections",
+		.doc = "connections of one remote client address at once (loopback and Unix "
+		       "socket clients are not counted per address), at most max_connections",
 	},
 	{
 		.name = "connection_timeout_s", .type = OPTION_UINT,

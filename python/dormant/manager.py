@@ -684,9 +684,11 @@ class Manager:
         "extra" in GET /stats, beside "nccl" (the process's NCCL
         communicators, dormant.nccl; their dormant_comm_* lines are in GET
         /metrics). Limits (0: the defaults of dormant-server.h):
-        max_connections (64) and max_connections_per_ip (32; all of loopback
-        is one client): over them the connection that has waited longest
-        for a request is closed to make room; connection_timeout_s (30) idle
+        max_connections (64) and max_connections_per_ip (32; loopback and
+        Unix socket clients are not counted per address): over them an idle
+        connection is closed to make room, never one carrying a request,
+        else probes are answered on spare slots and other requests get 503
+        with Retry-After; connection_timeout_s (30) idle
         seconds; request_timeout_s (10) for a whole request from a
         connection's opening or last answer. faults: a test tool, device
         faults armed at sleeps and wakes ("wake:create", see
