@@ -73,6 +73,23 @@ DORMANT_EXPORT int dormant_preload_manager(struct dormant **ret);
 /* Fill *ret with the shim's counters. Never fails for a non-NULL ret. */
 DORMANT_EXPORT int dormant_preload_stats_get(struct dormant_preload_stats *ret);
 
+/*
+ * Whether cudaMalloc calls of the calling thread are captured (the default)
+ * or go to the CUDA runtime as if the shim were not there (ordinary device
+ * memory, not managed: it stays on the device and works while the process's
+ * managed memory sleeps). For what must not be dormant memory: buffers
+ * shared with other processes by CUDA IPC (DeepEP's), and
+ * torch_memory_saver's disable() and interesting region. Frees need no
+ * flag: a pointer the manager did not hand out always goes to the runtime.
+ * on: 1 captured, 0 not, -1 back to the default: $TMS_INIT_ENABLE when set
+ * (torch_memory_saver's variable: "1"/"true" captured, else not), else
+ * captured. Returns -EINVAL for another value. Per thread; never blocks.
+ */
+DORMANT_EXPORT int dormant_preload_set_thread_capture(int on);
+/* Whether the calling thread's cudaMalloc calls are captured (when capture
+ * is active in the process at all). Never fails. */
+DORMANT_EXPORT bool dormant_preload_get_thread_capture(void);
+
 #ifdef __cplusplus
 }
 #endif
