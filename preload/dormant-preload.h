@@ -8,8 +8,10 @@
  * ("default", following the tag's policy, keep unless set otherwise; a region
  * chooses others: dormant_set_thread_tag(), dormant_set_thread_policy()).
  *
- * Capture is on when $DORMANT_PRELOAD is "1"; otherwise every call goes
- * through to the CUDA runtime untouched. The manager is created at the first
+ * Capture is on when $DORMANT_PRELOAD is "1", or when it is unset and the
+ * shim was preloaded under torch_memory_saver's file name ($LD_PRELOAD names
+ * a torch_memory_saver library: a launcher written for it); otherwise every
+ * call goes through to the CUDA runtime untouched. The manager is created at the first
  * interposed allocation (or the first dormant_preload_manager() call), with
  * options from the environment ($DORMANT_BACKEND, $DORMANT_HOST_MODE, ...),
  * and an HTTP server is started beside it when $DORMANT_LISTEN is set.

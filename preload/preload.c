@@ -307,6 +307,17 @@ static void refuse_locked(const char *fmt, ...)
 	atomic_store_explicit(&state, STATE_REFUSED, memory_order_release);
 }
 
+/* Preloaded under torch_memory_saver's file name (a launcher written for it
+ * put torch_memory_saver_hook_mode_preload*.so on LD_PRELOAD): capture is on
+ * as with $DORMANT_PRELOAD=1, what each thread captures being
+ * torch_memory_saver's interesting region ($TMS_INIT_ENABLE, regions). */
+static bool preloaded_as_tms(void)
+{
+	const char *preload = getenv("LD_PRELOAD");
+
+	return preload && strstr(preload, "torch_memory_saver");
+}
+
 static void start_locked(void)
 {
 	const char *on = getenv("DORMANT_PRELOAD");
@@ -319,7 +330,7 @@ static void start_locked(void)
 	char why[DORMANT_ERROR_MAX];
 	int r;
 
-	if (!on || strcmp(on, "1") != 0) {
+	if ((!on || strcmp(on, "1") != 0) && !(!on && preloaded_as_tms())) {
 		snprintf(reason, sizeof(reason), "off ($DORMANT_PRELOAD is not 1)");
 		atomic_store_explicit(&state, STATE_OFF, memory_order_release);
 		return;

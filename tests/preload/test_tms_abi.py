@@ -170,6 +170,8 @@ MiB = 1 << 20
 weights = ctypes.c_void_p()
 assert process.cudaMalloc(ctypes.byref(weights), ctypes.c_size_t(4 * MiB)) == 0
 ctypes.memset(weights, 0x5A, 4 * MiB)
+process.dormant_preload_stats_get  # the shim is there
+assert process.fake_cuda_count(0) == 0, "captured, not the runtime's"
 ordinary = process.fake_cuda_count(0)               # FAKE_MALLOC
 assert process.tms_pause(None) == 0
 # paused: what is allocated outside the interesting region is ordinary memory
@@ -188,12 +190,22 @@ print("PASS tms-capture")
 """
 
 
-def test_under_capture_the_interesting_region_chooses_what_is_captured():
+# The shim by its own name with DORMANT_PRELOAD=1, and by torch_memory_saver's
+# (the build's shadow folder) as slime's launcher preloads it: TMS_INIT_ENABLE=1.
+TMS_NAMED = str(pathlib.Path(SHIM).parent / "tms-shadow" /
+                "torch_memory_saver_hook_mode_preload_cu12.abi3.so")
+
+
+@pytest.mark.parametrize("library, variables", [(SHIM, {"DORMANT_PRELOAD": "1"}),
+                                                (TMS_NAMED, {"TMS_INIT_ENABLE": "1"})],
+                         ids=["dormant", "tms-name"])
+def test_under_capture_the_interesting_region_chooses_what_is_captured(library, variables):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DORMANT_PRELOAD", "DORMANT_LISTEN", "TMS_", "PYTORCH_"))}
     env.update(DORMANT_BACKEND="host", DORMANT_HOST_DEVICE_BYTES=str(64 * MiB),
-               DORMANT_PRELOAD="1", PYTHONPATH=str(REPO / "python"))
-    env["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("LD_PRELOAD", ""), SHIM]))
+               PYTHONPATH=str(REPO / "python"), **variables)
+    assert os.path.exists(library)
+    env["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("LD_PRELOAD", ""), library]))
     if "libasan" in env["LD_PRELOAD"]:
         pytest.skip("an uninstrumented Python with an instrumented libdormant preloaded "
                     "hangs at start-up")
