@@ -85,7 +85,8 @@ DORMANT_EXPORT int dormant_preload_stats_get(struct dormant_preload_stats *ret);
  * flag: a pointer the manager did not hand out always goes to the runtime.
  * on: 1 captured, 0 not, -1 back to the default: $TMS_INIT_ENABLE when set
  * (torch_memory_saver's variable: "1"/"true" captured, else not), else
- * captured. Returns -EINVAL for another value. Per thread; never blocks.
+ * captured (not captured when preloaded under torch_memory_saver's name,
+ * as torch_memory_saver). Returns -EINVAL for another value. Per thread; never blocks.
  */
 DORMANT_EXPORT int dormant_preload_set_thread_capture(int on);
 /* Whether the calling thread's cudaMalloc calls are captured (when capture

@@ -536,8 +536,10 @@ DORMANT_EXPORT bool dormant_preload_get_thread_capture(void)
 
 	if (thread_capture >= 0)
 		return thread_capture == 1;
+	/* unset: dormant captures everything, torch_memory_saver's library
+	 * (preloaded under its name) only regions */
 	init = getenv("TMS_INIT_ENABLE");
-	return init && *init ? preload_env_true(init) : true;
+	return init && *init ? preload_env_true(init) : !preloaded_as_tms();
 }
 
 /* ---- the interposed calls ------------------------------------------------ */

@@ -210,6 +210,35 @@ class _BinaryWrapper:
         cdll.tms_set_enable_disk_backup(enable_disk_backup)
 
 
+class _PoolTable(dict):
+    """_impl._mem_pools: the region pools by torch_memory_saver's key. Taking
+    one out (pop, del) drops dormant's own reference too, so that the pool,
+    and its memory, go once the caller lets it go (as torch_memory_saver's
+    tests do)."""
+
+    def __init__(self, saver):
+        super().__init__()
+        self._saver = saver
+
+    def _forget(self, pool):
+        glue = self._saver._manager()._torch
+        if glue is None:
+            return
+        with glue.lock:
+            for key in [k for k, p in glue.policy_pools.items() if p is pool]:
+                del glue.policy_pools[key]
+
+    def pop(self, key, *default):
+        if key not in self and default:
+            return default[0]
+        pool = super().pop(key)
+        self._forget(pool)
+        return pool
+
+    def __delitem__(self, key):
+        self.pop(key)
+
+
 class _Impl:
     """What torch_memory_saver keeps in TorchMemorySaver._impl and programs
     reach into: the C library (_binary_wrapper.cdll), the region pools by
@@ -219,7 +248,7 @@ class _Impl:
     def __init__(self, saver, hook_mode):
         self._saver = saver
         self._hook_mode = hook_mode
-        self._mem_pools = {}
+        self._mem_pools = _PoolTable(saver)
         self._wrapper = None
 
     @property
@@ -556,6 +585,7 @@ class TorchMemorySaver:
     def retain_cpu_backup(self):
         """Whether host copies stay allocated across resumes (dormant's host
         mode "retain"). Settable at any time but during a pause or resume."""
+        self._ensure_initialized()   # TMS_RETAIN_CPU_BACKUP
         return self._manager().host_mode == "retain"
 
     @retain_cpu_backup.setter
@@ -621,6 +651,9 @@ def configure_subprocess():
         return
     before = dict(os.environ)
     env = preload.environment(dict(os.environ))
+    # as torch_memory_saver's preload mode: a child captures what its regions
+    # allocate, and memory outside them only with TMS_INIT_ENABLE=1
+    env.setdefault("TMS_INIT_ENABLE", "0")
     changed = {k: v for k, v in env.items() if before.get(k) != v}
     removed = [k for k in before if k not in env]   # e.g. the parent's own server address
     os.environ.update(changed)

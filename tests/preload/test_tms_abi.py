@@ -87,6 +87,9 @@ def test_thread_configuration_pairs(abi):
     cdll.tms_set_current_tag(b"not a tag")            # refused by dormant: unchanged
     assert cdll.tms_get_current_tag() == b"kv_cache"
     assert cdll.tms_get_interesting_region()          # dormant captures by default
+    os.environ["TMS_INIT_ENABLE"] = "0"               # (the fixture removes it again)
+    assert not cdll.tms_get_interesting_region()
+    del os.environ["TMS_INIT_ENABLE"]
     cdll.tms_set_interesting_region(False)
     assert not cdll.tms_get_interesting_region()
     cdll.tms_set_interesting_region(True)

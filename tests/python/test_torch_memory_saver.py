@@ -576,11 +576,17 @@ def test_configure_subprocess_uses_dormant_preload(monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.setenv("DORMANT_CAPTURE", "0")
     monkeypatch.setenv("DORMANT_LISTEN", "127.0.0.1:8787")
+    monkeypatch.delenv("TMS_INIT_ENABLE", raising=False)
     with module.configure_subprocess():
         assert os.environ["LD_PRELOAD"] == "/x/libdormant-preload.so"
         assert os.environ["DORMANT_CAPTURE"] == "1"
+        assert os.environ["TMS_INIT_ENABLE"] == "0"   # torch_memory_saver's: regions only
         assert "DORMANT_LISTEN" not in os.environ
     assert "LD_PRELOAD" not in os.environ and os.environ["DORMANT_CAPTURE"] == "0"
+    assert "TMS_INIT_ENABLE" not in os.environ
+    monkeypatch.setenv("TMS_INIT_ENABLE", "1")
+    with module.configure_subprocess():
+        assert os.environ["TMS_INIT_ENABLE"] == "1"
     assert os.environ["DORMANT_LISTEN"] == "127.0.0.1:8787"
 
 
