@@ -21,6 +21,16 @@ static const char *const op_names[DORMANT_FAULT_OPS] = {
 	[DORMANT_FAULT_HOST_ALLOC] = "host-alloc",
 };
 
+/* The transitions that call each operation: a rule for any other never
+ * fires, and is refused. Sleep copies to host memory (host-alloc: its host
+ * copies) and releases device memory; wake creates, maps and copies back. */
+static const unsigned op_calls[DORMANT_FAULT_OPS] = {
+	[DORMANT_FAULT_CREATE] = FAULT_WHEN_WAKE,
+	[DORMANT_FAULT_MAP] = FAULT_WHEN_WAKE,
+	[DORMANT_FAULT_COPY] = FAULT_WHEN_SLEEP | FAULT_WHEN_WAKE,
+	[DORMANT_FAULT_HOST_ALLOC] = FAULT_WHEN_SLEEP,
+};
+
 static bool number(const char *text, unsigned long max, unsigned long *ret)
 {
 	char *end;
@@ -63,6 +73,13 @@ static int rule_parse(char *text, struct fault_rule *rule)
 	if (rule->op == DORMANT_FAULT_OPS)
 		return error_set(-EINVAL, "fault rule: '%.32s' is not create, map, copy or host-alloc",
 				 fields[1]);
+	if (!(rule->when & op_calls[rule->op]))
+		return error_set(-EINVAL, "fault rule %s:%s would never fire: a %s makes no %s call "
+					  "(%s fires at %s)", fields[0], fields[1], fields[0],
+				 fields[1], fields[1],
+				 op_calls[rule->op] == FAULT_WHEN_WAKE ? "wake" : "sleep");
+	/* "any" arms where the operation is called */
+	rule->when &= op_calls[rule->op];
 	rule->nth = 1;
 	if (fields[2]) {
 		if (!number(fields[2], 1000000, &value) || value == 0)
