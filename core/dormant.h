@@ -690,6 +690,50 @@ DORMANT_EXPORT int dormant_copy_to_host(struct dormant *m, void *dst, const void
 DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, const void *src,
 					  size_t size);
 
+/* ---- Host copies --------------------------------------------------------- */
+
+/*
+ * Where the host copy of [ptr, ptr + size), a range inside one DORMANT_KEEP
+ * allocation, lives now: for a tag asleep, what its sleep copied; for an
+ * awake tag, the copy that retain mode kept from the last wake (it holds
+ * what that wake restored, not what the device holds since). *ret_host then
+ * points at size bytes of host memory holding the range's bytes, owned by
+ * the manager: read it, do not write it, and do not use it after the tag's
+ * next wake or sleep, a change of host mode or a free of the allocation
+ * (in release mode a wake gives the copy back). The copy holds only live
+ * bytes, packed (dormant_mark_unused()): a range that crosses bytes it left
+ * out, or two chunks (two host buffers), is not in one piece.
+ * Returns -EINVAL (NULL argument, size 0, range not inside one allocation of
+ * m), -ENOENT (no host copy holds the range: the memory is not kept, its tag
+ * is awake without a retained copy, or is sleeping or waking), -ERANGE (the
+ * copy holds the range, not in one piece: dormant_host_backup_read() copies
+ * it). Thread-safe; holds the manager lock for the lookup only.
+ */
+DORMANT_EXPORT int dormant_host_backup(struct dormant *m, const void *ptr, size_t size,
+				       void **ret_host);
+
+/*
+ * Copy the host copy of [ptr, ptr + size) (as dormant_host_backup() finds
+ * it) into dst, size bytes of the caller's host memory. Bytes the copy left
+ * out (marked unused, a slab's free space) read as zero, as the next wake
+ * gives them. The same errors as dormant_host_backup() but -ERANGE; dst is
+ * untouched on failure. Holds the manager lock while it copies: a transition
+ * waits for it.
+ */
+DORMANT_EXPORT int dormant_host_backup_read(struct dormant *m, const void *ptr, size_t size,
+					    void *dst);
+
+/*
+ * Switch the host mode (enum dormant_host_mode) of a running manager:
+ * DORMANT_HOST_RETAIN or DORMANT_HOST_RELEASE. Takes effect at the next
+ * sleep or wake: switched to release, host copies retain mode kept are
+ * reused by the next sleep and given back by the wake after it; switched to
+ * retain, the next wake keeps its copies. dormant_host_mode() and stats say
+ * the new mode; dormant_option_value("host_mode") keeps the one m was
+ * created with. Returns -EINVAL (another mode), -EBUSY (a transition runs).
+ */
+DORMANT_EXPORT int dormant_set_host_mode(struct dormant *m, enum dormant_host_mode mode);
+
 /* ---- Testing and debugging ----------------------------------------------- */
 
 enum dormant_fault_op {

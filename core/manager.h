@@ -98,7 +98,8 @@ struct dormant {
 	struct logger log;
 	struct workers *workers;
 	struct engine engine;
-	enum dormant_host_mode host_mode;
+	/* dormant_set_host_mode() changes it between transitions */
+	_Atomic enum dormant_host_mode host_mode;
 	size_t chunk_bytes;
 	int guard_timeout_ms;
 	size_t granularity[DORMANT_DEVICES_MAX]; /* 0 until first asked */

@@ -95,6 +95,10 @@ _PROTOTYPES = {
     # checksums (issue 15)
     "dormant_set_verify": (c_int, [c_void_p, c_bool]),
     "dormant_debug_corrupt_host": (c_int, [c_void_p, c_void_p, ctypes.c_ubyte]),
+    # host copies (issue 20)
+    "dormant_host_backup": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_void_p)]),
+    "dormant_host_backup_read": (c_int, [c_void_p, c_void_p, c_size_t, c_void_p]),
+    "dormant_set_host_mode": (c_int, [c_void_p, c_int]),
     # api/dormant-json.h
     "dormant_stats_json": (c_int, [c_void_p, c_bool, ctypes.POINTER(c_void_p)]),
     "dormant_transition_json": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_char_p),

@@ -363,9 +363,19 @@ class Manager:
 
     @property
     def host_mode(self):
-        """"retain" or "release"."""
+        """"retain" or "release". Settable while no transition runs
+        (dormant_set_host_mode()): takes effect at the next sleep or wake."""
         mode = self._lib.dormant_host_mode(self._handle())
         return self._lib.dormant_host_mode_name(mode).decode()
+
+    @host_mode.setter
+    def host_mode(self, mode):
+        values = {"retain": 1, "release": 2}  # enum dormant_host_mode
+        if mode not in values:
+            raise InvalidArgumentError(f'host_mode is "retain" or "release", not {mode!r}',
+                                       errno.EINVAL)
+        fn = self._lib.need("dormant_set_host_mode", "setting host_mode")
+        self._check(fn(self._handle(), values[mode]))
 
     @property
     def device_count(self):
@@ -466,6 +476,37 @@ class Manager:
         device address ptr, of a tag asleep (the same call again restores it)."""
         fn = self._lib.need("dormant_debug_corrupt_host", "debug_corrupt_host()")
         self._check(fn(self._handle(), ptr, mask))
+
+    def host_backup(self, ptr, size):
+        """The address of the host copy of [ptr, ptr + size) (a kept range of
+        one allocation) while its tag is asleep, or awake with the copy retain
+        mode kept: size bytes of host memory the manager owns, valid until the
+        tag's next sleep or wake. None when no host copy holds the range.
+        Raises DormantError with errno ERANGE when the copy holds it in pieces (live-bytes
+        packing, two chunks): host_backup_read() copies it then."""
+        fn = self._lib.need("dormant_host_backup", "host_backup()")
+        out = c_void_p()
+        r = fn(self._handle(), ptr, size, ctypes.byref(out))
+        if r == -errno.ENOENT:
+            return None
+        self._check(r)
+        return out.value
+
+    def host_backup_read(self, ptr, size, dst=None):
+        """The bytes of the host copy of [ptr, ptr + size) (bytes it left out
+        read as zero): into dst, the address of size writable bytes (returns
+        size), or without dst as bytes. None when no host copy holds the
+        range (dst then untouched)."""
+        fn = self._lib.need("dormant_host_backup_read", "host_backup_read()")
+        buf = None
+        if dst is None:
+            buf = ctypes.create_string_buffer(size)
+            dst = ctypes.addressof(buf)
+        r = fn(self._handle(), ptr, size, dst)
+        if r == -errno.ENOENT:
+            return None
+        self._check(r)
+        return buf.raw if buf is not None else size
 
     def free_block_marks(self):
         """What the glue's marking of free blocks did: a dict with "sleeps",
