@@ -14,12 +14,16 @@ static const struct {
 	{ "EIO", -EIO }, { "ENOMEM", -ENOMEM }, { "EAGAIN", -EAGAIN }, { "ENOSPC", -ENOSPC },
 };
 
-static const char *const op_names[DORMANT_FAULT_OPS] = {
+static const char *const op_names[] = {
 	[DORMANT_FAULT_CREATE] = "create",
 	[DORMANT_FAULT_MAP] = "map",
 	[DORMANT_FAULT_COPY] = "copy",
 	[DORMANT_FAULT_HOST_ALLOC] = "host-alloc",
+	[DORMANT_FAULT_DISK] = "disk",
 };
+/* a name for every op: a missing last one would leave the array short (and
+ * a missing middle one NULL: the designators above keep them in order) */
+_Static_assert(ARRAY_SIZE(op_names) == DORMANT_FAULT_OPS, "a name for every fault op");
 
 static bool number(const char *text, unsigned long max, unsigned long *ret)
 {
@@ -70,7 +74,8 @@ static int rule_parse(char *text, struct fault_rule *rule)
 					 fields[2]);
 		rule->nth = (unsigned)value;
 	}
-	rule->error = rule->op == DORMANT_FAULT_COPY ? -EIO : -ENOMEM;
+	rule->error =
+		rule->op == DORMANT_FAULT_COPY || rule->op == DORMANT_FAULT_DISK ? -EIO : -ENOMEM;
 	if (fields[3]) {
 		bool found = false;
 

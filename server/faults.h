@@ -6,10 +6,10 @@
  *   SPEC  = RULE[,RULE]...
  *   RULE  = WHEN:OP[:NTH[:ERROR[:TIMES]]]
  *   WHEN  = sleep | wake | any
- *   OP    = create | map | copy | host-alloc
+ *   OP    = create | map | copy | host-alloc | disk
  *   NTH   = the nth call of OP inside the transition fails (default 1)
  *   ERROR = EIO, ENOMEM, EAGAIN, ENOSPC or a number (default ENOMEM for
- *           create, map and host-alloc, EIO for copy)
+ *           create, map and host-alloc, EIO for copy and disk)
  *   TIMES = how many times the fault fires, 0 without end (default 1)
  *
  * A rule is armed at the start of each transition of its kind while it has
