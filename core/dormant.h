@@ -141,7 +141,7 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  * dormant_option_name() and friends list them at run time with their docs
  * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
  * "256MiB", "1GiB" (also K, M, G, T, TiB; KB, MB, GB, TB are powers of ten).
- * Booleans are "true"/"false" (also 1/0, yes/no, on/off). Paths are text of
+ * Booleans are "true"/"false" (also 1/0, yes/no, on/off). Paths are absolute,
  * at most DORMANT_PATH_MAX - 1 bytes.
  *
  * An options object is not thread-safe: do not change one while another
@@ -256,7 +256,7 @@ DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *tag,
  * sleep creates its files there. It must exist and be writable; a sleep
  * into a full or read-only directory fails and rolls back, every byte still
  * on the device. Copies made before stay where they are until their wake.
- * Returns -EINVAL (NULL, empty, or DORMANT_PATH_MAX bytes or longer).
+ * Returns -EINVAL (NULL, not absolute, or DORMANT_PATH_MAX bytes or longer).
  */
 DORMANT_EXPORT int dormant_set_disk_dir(struct dormant *m, const char *dir);
 

@@ -207,9 +207,10 @@ DORMANT_EXPORT int dormant_option_value(const struct dormant *m, const char *nam
 
 DORMANT_EXPORT int dormant_set_disk_dir(struct dormant *m, const char *dir)
 {
-	if (!m || !dir || !*dir)
-		return error_set(-EINVAL, "%s", m ? "the directory is NULL or empty"
-						  : "manager is NULL");
+	if (!m || !dir)
+		return error_set(-EINVAL, "%s is NULL", m ? "the directory" : "the manager");
+	if (dir[0] != '/')
+		return error_set(-EINVAL, "'%.64s' is not an absolute path", dir);
 	if (strlen(dir) >= sizeof(m->options.disk_dir))
 		return error_set(-EINVAL, "the directory is longer than %d bytes",
 				 DORMANT_PATH_MAX - 1);

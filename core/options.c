@@ -279,8 +279,8 @@ static int option_parse(const struct option *opt, const char *text, struct dorma
 		*(bool *)field = b;
 		return 0;
 	case OPTION_PATH:
-		if (!*text)
-			return error_set(-EINVAL, "the path is empty");
+		if (text[0] != '/')
+			return error_set(-EINVAL, "'%.64s' is not an absolute path", text);
 		if (strlen(text) >= DORMANT_PATH_MAX)
 			return error_set(-EINVAL, "the path is longer than %d bytes",
 					 DORMANT_PATH_MAX - 1);

@@ -439,6 +439,7 @@ Test(disk, the_directory_option_and_its_setter)
 	cr_expect_str_eq(buf, "/var/tmp");
 	cr_expect_eq(dormant_set_disk_dir(m, ""), -EINVAL);
 	cr_expect_eq(dormant_set_disk_dir(m, NULL), -EINVAL);
+	cr_expect_eq(dormant_set_disk_dir(m, "relative/dir"), -EINVAL, "an absolute path only");
 	memset(longer, 'a', sizeof(longer) - 1);
 	longer[sizeof(longer) - 1] = '\0';
 	cr_expect_eq(dormant_set_disk_dir(m, longer), -EINVAL);
