@@ -34,6 +34,7 @@ static const struct {
 	{ "map", offsetof(struct dormant_transition_times, map_s) },
 	{ "map_wait", offsetof(struct dormant_transition_times, map_wait_s) },
 	{ "zero_wait", offsetof(struct dormant_transition_times, zero_wait_s) },
+	{ "comms", offsetof(struct dormant_transition_times, comms_s) },
 };
 
 static double phase_seconds(const struct dormant_transition_times *t, size_t i)
@@ -275,8 +276,8 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	}
 }
 
-int api_metrics_text(const struct dormant_stats *stats, const char *extra, char **ret_text,
-		     size_t *ret_size)
+int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const char *extra,
+		     char **ret_text, size_t *ret_size)
 {
 	char *text = NULL;
 	size_t size = 0;
@@ -287,6 +288,9 @@ int api_metrics_text(const struct dormant_stats *stats, const char *extra, char 
 	if (!f)
 		return error_set(-ENOMEM, "out of host memory");
 	write_metrics(f, stats);
+	family(f, "dormant_faults_armed", "gauge",
+	       "1 when the fault switch (a test tool) makes sleeps and wakes fail on purpose.");
+	fprintf(f, "dormant_faults_armed %d\n", faults_armed ? 1 : 0);
 	if (extra && *extra) {
 		fputs(extra, f);
 		if (extra[strlen(extra) - 1] != '\n')

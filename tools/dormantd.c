@@ -51,6 +51,7 @@ struct config {
 	const char *token;
 	const char *token_file;
 	bool open_probes;
+	bool insecure_no_auth;
 	unsigned threads;
 	bool quiet;
 	unsigned fail_wakes;
@@ -155,6 +156,8 @@ static void usage(FILE *f)
 	      "  --token TOKEN         require Authorization: Bearer TOKEN\n"
 	      "  --token-file FILE     read the token from FILE\n"
 	      "  --open-probes         leave /healthz, /readyz and /metrics open\n"
+	      "  --insecure-no-auth    serve without a token on an address other than\n"
+	      "                        loopback (refused otherwise: give --token-file)\n"
 	      "  --threads N           HTTP worker threads (default 4)\n"
 	      "  --max-connections N   open connections at once (default 64, at least\n"
 	      "                        --threads); over it the one waiting longest for a\n"
@@ -287,7 +290,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 {
 	enum {
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
-		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
+		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_INSECURE_NO_AUTH, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
 		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE, OPT_OPTION, OPT_SERVER_OPTION,
 	};
@@ -301,6 +304,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "token", required_argument, NULL, OPT_TOKEN },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		{ "open-probes", no_argument, NULL, OPT_OPEN_PROBES },
+		{ "insecure-no-auth", no_argument, NULL, OPT_INSECURE_NO_AUTH },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "quiet", no_argument, NULL, OPT_QUIET },
 		{ "fail-wakes", required_argument, NULL, OPT_FAIL_WAKES },
@@ -373,6 +377,9 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			break;
 		case OPT_TOKEN_FILE:
 			c->token_file = optarg;
+			break;
+		case OPT_INSECURE_NO_AUTH:
+			c->insecure_no_auth = true;
 			break;
 		case OPT_OPEN_PROBES:
 			c->open_probes = true;
@@ -868,6 +875,8 @@ static int server_options_fill(struct demo *d, struct dormant_server_options **r
 		r = dormant_server_options_set(o, "token_file", c->token_file);
 	if (r == 0 && c->open_probes)
 		r = dormant_server_options_set_int(o, "open_probes", 1);
+	if (r == 0 && c->insecure_no_auth)
+		r = dormant_server_options_set_int(o, "insecure_no_auth", 1);
 	if (r == 0)
 		r = dormant_server_options_set_int(o, "threads", c->threads);
 	/* the server's default unless more threads need more */
@@ -883,7 +892,7 @@ static int server_options_fill(struct demo *d, struct dormant_server_options **r
 						   c->connection_timeout_s);
 	if (r == 0 && c->request_timeout_s)
 		r = dormant_server_options_set_int(o, "request_timeout_s", c->request_timeout_s);
-	/* no --fault: $DORMANT_FAULTS, as for any embedded server */
+	/* no --fault: none (the environment never arms faults) */
 	if (r == 0 && c->faults[0])
 		r = dormant_server_options_set(o, "faults", c->faults);
 	if (r == 0 && c->quiet)
@@ -1029,17 +1038,18 @@ int main(int argc, char **argv)
 		warn("starting the HTTP server: %s", dormant_last_error());
 		goto out;
 	}
-	if (d.config.port_file) {
-		r = dormant_server_write_port_file(server, d.config.port_file);
-		if (r < 0) {
-			warn("writing %s: %s", d.config.port_file, strerror(-r));
-			goto out;
-		}
-	}
+	/* the port file last: whoever waits for it finds the record there too */
 	if (d.config.publish || d.config.role) {
 		r = dormant_server_publish(server, d.config.publish_dir, d.config.role);
 		if (r < 0) {
 			warn("publishing the discovery record: %s", dormant_last_error());
+			goto out;
+		}
+	}
+	if (d.config.port_file) {
+		r = dormant_server_write_port_file(server, d.config.port_file);
+		if (r < 0) {
+			warn("writing %s: %s", d.config.port_file, strerror(-r));
 			goto out;
 		}
 	}
