@@ -128,7 +128,8 @@ int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 
-		if (it->alloc->device == d && xfer_is_keep(it) && it->chunk->mapped &&
+		if (it->alloc->device == d && xfer_is_keep(it) && !xfer_is_disk(it) &&
+		    it->chunk->mapped &&
 		    it->chunk->plan.kept && needs_host_buffer(e, it->chunk))
 			p->queue[p->count++] = it;
 	}

@@ -29,6 +29,44 @@ void engine_account_host(struct tag *tag, int64_t delta)
 	atomic_fetch_add(&tag->host_bytes, (uint64_t)delta);
 }
 
+void engine_account_disk(struct tag *tag, int64_t delta)
+{
+	atomic_fetch_add(&tag->disk_bytes, (uint64_t)delta);
+}
+
+/* ---- disk copies --------------------------------------------------------- */
+
+/* A file for a DORMANT_DISK chunk's copy (its plan laid out in blocks), in
+ * the directory this sleep uses; the staging ring its pieces go through. */
+static int disk_ready(struct engine *e, int d, struct xfer_item *it)
+{
+	struct chunk *c = it->chunk;
+	uint64_t size = plan_align(&c->plan, DISKFILE_ALIGN);
+	int r;
+
+	if (c->disk.open) { /* none should be left; never reuse one */
+		engine_account_disk(it->tag, -(int64_t)c->disk.size);
+		diskfile_close(&c->disk);
+	}
+	r = staging_ready(e, d);
+	if (r < 0)
+		return r;
+	r = diskfile_create(e->backend, e->disk_dir, size, e->disk_names, &c->disk);
+	if (r < 0)
+		return error_prefix(r, "tag '%s'", it->tag->name);
+	engine_account_disk(it->tag, (int64_t)c->disk.size);
+	return 0;
+}
+
+/* Remove a chunk's disk copy (the file goes with its descriptor). */
+static void disk_release(struct tag *tag, struct chunk *c)
+{
+	if (!c->disk.open)
+		return;
+	engine_account_disk(tag, -(int64_t)c->disk.size);
+	diskfile_close(&c->disk);
+}
+
 /* ---- per-device resources ------------------------------------------------ */
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
@@ -177,6 +215,7 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 		hostbuf_free(e->backend, &c->host);
 		engine_account_host(a->tag, -(int64_t)size);
 	}
+	disk_release(a->tag, c);
 	c->host_valid = false;
 	c->retained = false;
 }
@@ -507,18 +546,23 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			/* a retained host copy would hold nothing now */
 			if (c->host.ptr)
 				host_release(e, it->tag, c);
+			disk_release(it->tag, c);
 			continue;
 		}
-		wait = now_monotonic_s();
-		r = prep_wait(&prep, it);
-		t->times.host_wait_s += now_monotonic_s() - wait;
+		if (xfer_is_disk(it)) {
+			/* kept in host memory before its policy became disk */
+			if (c->host.ptr)
+				host_release(e, it->tag, c);
+			r = disk_ready(e, d, it);
+		} else {
+			wait = now_monotonic_s();
+			r = prep_wait(&prep, it);
+			t->times.host_wait_s += now_monotonic_s() - wait;
+			if (r == 0 && !c->host.pin_piece)
+				r = staging_ready(e, d);
+		}
 		if (r < 0)
 			goto err;
-		if (!c->host.pin_piece) {
-			r = staging_ready(e, d);
-			if (r < 0)
-				goto err;
-		}
 		r = pipeline_issue_chunk(&p, it);
 		if (r < 0)
 			goto err;
@@ -592,6 +636,7 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 			c->host_valid = false;
 			if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
 				host_release(e, items[i].tag, c);
+			disk_release(items[i].tag, c);
 		}
 	}
 	return r;
@@ -837,6 +882,8 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 		c->host_valid = false;
 		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
 			host_release(e, it->tag, c);
+		/* a disk copy is never kept: its file goes, retain mode or not */
+		disk_release(it->tag, c);
 	}
 }
 

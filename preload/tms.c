@@ -11,10 +11,12 @@
  *  - interesting region: whether the thread's cudaMalloc is captured
  *    (dormant_preload_set_thread_capture(); $TMS_INIT_ENABLE its default);
  *  - current tag: the thread's dormant tag (dormant_set_thread_tag());
- *  - cpu backup, disk backup: the thread's allocation policy, DORMANT_KEEP
- *    with either, DORMANT_DISCARD without ($TMS_INIT_ENABLE_CPU_BACKUP,
- *    $TMS_INIT_ENABLE_DISK_BACKUP their defaults); until dormant writes
- *    host copies to disk, disk-backed memory is kept in host memory;
+ *  - cpu backup, disk backup: the thread's allocation policy, DORMANT_DISK
+ *    with disk backup, DORMANT_KEEP with cpu backup, DORMANT_DISCARD without
+ *    ($TMS_INIT_ENABLE_CPU_BACKUP, $TMS_INIT_ENABLE_DISK_BACKUP their
+ *    defaults);
+ *  - disk backup directory: the manager's disk_dir (dormant_set_disk_dir();
+ *    $TMS_DISK_BACKUP_DIR when the manager is made);
  *  - cpu backup backend: "pinned" or "mmap" ($TMS_INIT_CPU_BACKUP_BACKEND);
  *    dormant pins its host copies itself, and once "mmap" was chosen a
  *    resume returns only after the host copies it no longer needs are
@@ -57,6 +59,7 @@ static atomic_int pending_retain = -1; /* retain asked for before a manager exis
 
 static pthread_mutex_t dir_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *disk_backup_dir;
+static atomic_bool dir_pending; /* set, not yet given to the manager */
 
 DORMANT_EXPORT void tms_set_interesting_region(bool is_interesting_region);
 DORMANT_EXPORT bool tms_get_interesting_region(void);
@@ -91,6 +94,13 @@ static struct dormant *tms_manager(void)
 
 		if (retain >= 0)
 			dormant_set_host_mode(m, retain ? DORMANT_HOST_RETAIN : DORMANT_HOST_RELEASE);
+		if (atomic_exchange(&dir_pending, false)) {
+			/* a directory dormant refuses (not absolute) changes nothing */
+			pthread_mutex_lock(&dir_lock);
+			if (disk_backup_dir)
+				dormant_set_disk_dir(m, disk_backup_dir);
+			pthread_mutex_unlock(&dir_lock);
+		}
 	}
 	return m;
 }
@@ -150,12 +160,17 @@ DORMANT_EXPORT bool tms_get_enable_cpu_backup(void)
 	return init && *init ? preload_env_true(init) : true;
 }
 
-/* Allocations of the thread are kept with either backup, discarded without. */
+/* Allocations of the thread go to disk with disk backup, are kept in host
+ * memory with cpu backup, discarded without either. */
 static void apply_policy(void)
 {
-	bool keep = tms_get_enable_cpu_backup() || tms_get_enable_disk_backup();
+	enum dormant_policy policy = DORMANT_DISCARD;
 
-	dormant_set_thread_policy(keep ? DORMANT_KEEP : DORMANT_DISCARD);
+	if (tms_get_enable_disk_backup())
+		policy = DORMANT_DISK;
+	else if (tms_get_enable_cpu_backup())
+		policy = DORMANT_KEEP;
+	dormant_set_thread_policy(policy);
 }
 
 DORMANT_EXPORT void tms_set_enable_cpu_backup(bool enable_cpu_backup)
@@ -202,6 +217,8 @@ DORMANT_EXPORT void tms_set_disk_backup_dir(const char *dir)
 	free(disk_backup_dir);
 	disk_backup_dir = copy;
 	pthread_mutex_unlock(&dir_lock);
+	atomic_store(&dir_pending, true);
+	tms_manager(); /* applies it, where a manager exists */
 }
 
 /* Not torch_memory_saver's: the directory last set, else $TMS_DISK_BACKUP_DIR,

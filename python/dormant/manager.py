@@ -67,6 +67,8 @@ def _option_text(name, value):
         return value.decode("utf-8")
     if isinstance(value, str):
         return value
+    if isinstance(value, os.PathLike):
+        return os.fsdecode(value)
     raise InvalidArgumentError(
         f"option {name}: a str, int or bool, not {type(value).__name__}", errno.EINVAL)
 
@@ -98,7 +100,7 @@ def server_options():
 def options():
     """The manager options that Manager(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("enum", "size", "int",
-    "bool", "string"), values (an enum's, else None), default, env (its
+    "bool", "path", "string"), values (an enum's, else None), default, env (its
     environment variable, or None) and doc."""
     return _library.get().options()
 
@@ -356,7 +358,7 @@ class Manager:
         """The value option name has in this manager (set, from the
         environment or the default) as text: sizes in bytes ("1073741824"),
         booleans "true"/"false". InvalidArgumentError for an unknown name."""
-        buf = ctypes.create_string_buffer(128)
+        buf = ctypes.create_string_buffer(4096)  # DORMANT_PATH_MAX: a path option
         self._check(self._lib.need("dormant_option_value", "Manager.option()")(
             self._handle(), name.encode("utf-8"), buf, len(buf)))
         return buf.value.decode("utf-8")
@@ -394,6 +396,9 @@ class Manager:
 
         "keep": copied to host on sleep, restored on wake.
         "discard": no copy; zero-filled on wake.
+        "disk": as "keep", the copy in files of the disk directory
+            (set_disk_dir(), the disk_dir option) instead of host memory:
+            written while the copies run, verified on wake, removed after.
         "rebuild": no copy; on wake, after every "keep" tag of that wake is
             restored, rebuild(tag) runs with the tag's memory mapped and
             zero-filled, to recompute its content from other tags (e.g. bf16
@@ -462,6 +467,14 @@ class Manager:
         see mark_free_blocks.)"""
         fn = self._lib.need("dormant_mark_unused", "mark_unused()")
         self._check(fn(self._handle(), ptr, size))
+
+    def set_disk_dir(self, path):
+        """Set the directory of the "disk" policy's copies (the disk_dir
+        option): the next sleep writes there. It must exist; a relative path
+        is made absolute here. A sleep into a full, read-only or missing
+        directory raises, every byte still on the device."""
+        fn = self._lib.need("dormant_set_disk_dir", "set_disk_dir()")
+        self._check(fn(self._handle(), os.fsencode(os.path.abspath(os.fspath(path)))))
 
     def set_verify(self, on):
         """Turn verification after wake on or off (on by default; DORMANT_VERIFY=0
@@ -835,7 +848,8 @@ class Manager:
 
     def debug_inject_fault(self, op, nth, error=-errno.EIO, repeat=False):
         """Make the nth next call of op ("create", "map", "copy",
-        "host_alloc") fail with error (a negative errno); nth 0 disarms."""
+        "host_alloc", "disk": a disk copy's create, write or read) fail
+        with error (a negative errno); nth 0 disarms."""
         if op not in _library.FAULT_OPS:
             raise InvalidArgumentError(f"unknown fault op {op!r}", errno.EINVAL)
         self._check(self._lib.dormant_debug_inject_fault(self._handle(), _library.FAULT_OPS[op],

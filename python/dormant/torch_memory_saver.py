@@ -53,9 +53,13 @@ How the calls map:
     longer needs are back with the operating system.
   - _impl._binary_wrapper.cdll: torch_memory_saver's C ABI (tms_* functions),
     implemented by libdormant-preload.so (preload/tms.c).
-What it cannot honour it says once per process (a RuntimeWarning): disk
-backup (kept in host memory instead), a cuda_graph pool handle.
-docs/migrating.md has the whole table.
+  - enable_disk_backup, set_disk_backup_dir(), TMS_DISK_BACKUP_DIR,
+    TMS_DISK_BACKUP_CHUNK_MB: dormant's policy "disk" (files in the disk
+    directory, named while paused as torch_memory_saver's are, checksummed,
+    removed on resume); TMS_INIT_ENABLE_DISK_BACKUP=1 under capture: the
+    memory outside every region.
+What it cannot honour it says once per process (a RuntimeWarning): a
+cuda_graph pool handle. docs/migrating.md has the whole table.
 
 Importing this module does not import torch (region() and cuda_graph() do).
 """
@@ -275,8 +279,9 @@ class _Impl:
         tag and allocation policy."""
         cdll = self._cdll_or_none()
         if cdll is None:
-            with self._saver._glue().route(tag, "keep" if enable_cpu_backup or enable_disk_backup
-                                           else "discard", routed=False):
+            policy = ("disk" if enable_disk_backup else
+                      "keep" if enable_cpu_backup else "discard")
+            with self._saver._glue().route(tag, policy, routed=False):
                 yield
             return
         saved = dict(tag=cdll.tms_get_current_tag().decode("utf-8"),
@@ -339,6 +344,9 @@ class TorchMemorySaver:
                 # torch_memory_saver's choice for memory outside every region
                 # (tag "default" under whole-process capture)
                 self._manager().set_policy(_TAG_DEFAULT, "keep" if backup == "1" else "discard")
+            if mode == "preload" and os.environ.get("TMS_INIT_ENABLE_DISK_BACKUP") == "1":
+                _disk_environment()
+                self._manager().set_policy(_TAG_DEFAULT, "disk")
             self._impl_object = _Impl(self, mode)
             self._mode = mode
 
@@ -373,10 +381,8 @@ class TorchMemorySaver:
             raise InvalidArgumentError(
                 "enable_cpu_backup and enable_disk_backup are mutually exclusive", errno.EINVAL)
         if enable_disk_backup:
-            _warn_once("disk", "enable_disk_backup is not honoured: the region's memory is "
-                               "copied to host memory on pause instead (dormant has no disk "
-                               "backend yet)")
-            return "keep"
+            _disk_environment()
+            return "disk"  # dormant's policy "disk": files in the disk directory
         return "keep" if enable_cpu_backup else "discard"
 
     @contextlib.contextmanager
@@ -633,8 +639,28 @@ class TorchMemorySaver:
             return None   # not memory of dormant's
 
     def set_disk_backup_dir(self, path):
-        _warn_once("disk-dir", "set_disk_backup_dir() is not honoured: dormant has no disk "
-                               "backend yet; enable_disk_backup regions are kept in host memory")
+        """The directory of disk backup files (created if needed), for the
+        next pause: the manager's disk directory (dormant's disk_dir)."""
+        _disk_environment()
+        path = os.path.abspath(os.fspath(path))
+        os.makedirs(path, exist_ok=True)
+        self._manager().set_disk_dir(path)
+
+
+def _disk_environment():
+    """torch_memory_saver's disk backup variables as dormant's options, for
+    a manager created after (dormant.manager() reads them once):
+    TMS_DISK_BACKUP_DIR -> DORMANT_DISK_DIR, TMS_DISK_BACKUP_CHUNK_MB ->
+    DORMANT_DISK_CHUNK_BYTES (the largest read or write), and named files
+    (DORMANT_DISK_NAMES: torch_memory_saver's files are visible in the
+    directory while paused). dormant's own variables win."""
+    tms_dir = os.environ.get("TMS_DISK_BACKUP_DIR")
+    if tms_dir:
+        os.environ.setdefault("DORMANT_DISK_DIR", os.path.abspath(tms_dir))
+    mb = os.environ.get("TMS_DISK_BACKUP_CHUNK_MB", "").strip()
+    if mb.isdigit() and int(mb) > 0:
+        os.environ.setdefault("DORMANT_DISK_CHUNK_BYTES", f"{int(mb)}MiB")
+    os.environ.setdefault("DORMANT_DISK_NAMES", "1")
 
 
 @contextlib.contextmanager

@@ -136,6 +136,31 @@ def test_torch_malloc_pause_resume_and_backup_pointer(abi):
     assert tags(m)["weights"]["allocations"] == 0
 
 
+def test_disk_backup_writes_the_copy_to_the_directory(abi, tmp_path):
+    m, cdll = abi
+    cdll.tms_set_disk_backup_dir(str(tmp_path).encode())
+    assert m.option("disk_dir") == str(tmp_path)
+    cdll.tms_set_current_tag(b"opt")
+    cdll.tms_set_enable_disk_backup(True)
+    on_disk = cdll.tms_torch_malloc(2 * MiB, 0, None)
+    cdll.tms_set_enable_disk_backup(False)
+    cdll.tms_set_enable_cpu_backup(True)
+    in_ram = cdll.tms_torch_malloc(MiB, 0, None)
+    m.copy_to_device(on_disk, pattern(2 * MiB, 3))
+    m.copy_to_device(in_ram, pattern(MiB, 4))
+    assert cdll.tms_pause(b"opt") == 0
+    opt = tags(m)["opt"]
+    assert opt["disk_bytes"] >= 2 * MiB and opt["host_bytes"] < 2 * MiB
+    assert cdll.tms_resume(b"opt") == 0
+    assert m.copy_to_host(on_disk, 2 * MiB) == pattern(2 * MiB, 3)
+    assert m.copy_to_host(in_ram, MiB) == pattern(MiB, 4)
+    assert tags(m)["opt"]["disk_bytes"] == 0
+    cdll.tms_set_disk_backup_dir(b"relative")             # refused by dormant: unchanged
+    assert m.option("disk_dir") == str(tmp_path)
+    cdll.tms_torch_free(on_disk, 2 * MiB, 0, None)
+    cdll.tms_torch_free(in_ram, MiB, 0, None)
+
+
 def test_margin_refuses_a_resume_and_loses_nothing(abi):
     m, cdll = abi
     cdll.tms_set_current_tag(b"w")

@@ -538,20 +538,31 @@ def test_the_c_library_is_reachable_as_in_torch_memory_saver(env):
 
 def test_what_is_not_honoured_is_said(env):
     fake, mgr, tms = env
-    with pytest.warns(RuntimeWarning, match="disk"):
-        tms.set_disk_backup_dir("/tmp/x")
+    with pytest.raises(dormant.UnsupportedError):
+        tms.get_cpu_backup(object())
 
 
 @needs_policy
-def test_disk_backup_is_kept_in_host_memory(env):
+def test_disk_backup_goes_to_files_of_the_directory(env, tmp_path, monkeypatch):
     fake, mgr, tms = env
-    with pytest.warns(RuntimeWarning, match="enable_disk_backup"):
+    monkeypatch.setenv("DORMANT_DISK_NAMES", "0")  # the manager exists: no effect
+    monkeypatch.setenv("TMS_DISK_BACKUP_CHUNK_MB", "1")
+    monkeypatch.delenv("DORMANT_DISK_CHUNK_BYTES", raising=False)
+    target = tmp_path / "made"  # created by set_disk_backup_dir(), as TMS does
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # honoured now: nothing to say
+        tms.set_disk_backup_dir(target)
         with tms.region("w", enable_disk_backup=True):
-            _, ptr = fake.alloc(MiB)
-    mgr.copy_to_device(ptr, pattern(MiB, 9))
+            _, ptr = fake.alloc(3 * MiB)
+    assert target.is_dir() and mgr.option("disk_dir") == str(target)
+    assert os.environ["DORMANT_DISK_CHUNK_BYTES"] == "1MiB"
+    mgr.copy_to_device(ptr, pattern(3 * MiB, 9))
     tms.pause("w")
+    w = tags(mgr)["w"]
+    assert w["host_bytes"] == 0 and w["disk_bytes"] >= 3 * MiB
     tms.resume("w")
-    assert mgr.copy_to_host(ptr, MiB) == pattern(MiB, 9)
+    assert mgr.copy_to_host(ptr, 3 * MiB) == pattern(3 * MiB, 9)
+    assert tags(mgr)["w"]["disk_bytes"] == 0
 
 
 def test_expandable_segments_refused(env, monkeypatch):
