@@ -608,6 +608,9 @@ class TorchMemorySaver:
         backup, not dormant memory)."""
         import torch
         self._ensure_initialized()
+        if not all(hasattr(x, a) for a in ("is_contiguous", "data_ptr", "numel", "element_size")):
+            raise InvalidArgumentError(f"get_cpu_backup() needs a tensor, not {type(x).__name__}",
+                                       errno.EINVAL)
         if not x.is_contiguous():
             raise InvalidArgumentError("get_cpu_backup() needs a contiguous tensor", errno.EINVAL)
         nbytes = x.numel() * x.element_size()

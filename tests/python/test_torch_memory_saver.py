@@ -536,9 +536,9 @@ def test_the_c_library_is_reachable_as_in_torch_memory_saver(env):
     assert isinstance(tms._impl._mem_pools, dict) and tms._impl._mem_pools
 
 
-def test_what_is_not_honoured_is_said(env):
+def test_get_cpu_backup_of_what_is_no_tensor_is_a_clear_error(env):
     fake, mgr, tms = env
-    with pytest.raises(dormant.UnsupportedError):
+    with pytest.raises(dormant.InvalidArgumentError, match="needs a tensor"):
         tms.get_cpu_backup(object())
 
 
