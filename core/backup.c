@@ -145,8 +145,10 @@ DORMANT_EXPORT int dormant_set_host_mode(struct dormant *m, enum dormant_host_mo
 
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
-	if (mode != DORMANT_HOST_RETAIN && mode != DORMANT_HOST_RELEASE)
-		return error_set(-EINVAL, "host mode %d is neither retain nor release", (int)mode);
+	if (mode != DORMANT_HOST_RETAIN && mode != DORMANT_HOST_RELEASE &&
+	    mode != DORMANT_HOST_RECLAIMABLE)
+		return error_set(-EINVAL, "host mode %d is not retain, release or reclaimable",
+				 (int)mode);
 	pthread_mutex_lock(&m->lock);
 	if (m->transition_running)
 		r = error_set(-EBUSY, "a transition is running");

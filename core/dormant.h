@@ -85,6 +85,11 @@ enum dormant_host_mode {
 	DORMANT_HOST_RETAIN,
 	/* Give host memory back after each wake: leanest. */
 	DORMANT_HOST_RELEASE,
+	/* After each wake, unpin the host buffers and hand them to the kernel
+	 * as reclaimable (MADV_FREE): still in RSS until taken, shown as
+	 * LazyFree in /proc/PID/smaps, taken when memory runs short; the next
+	 * sleep reuses what the kernel left, faulting in only the rest. */
+	DORMANT_HOST_RECLAIMABLE,
 };
 
 enum dormant_log_level {
@@ -112,8 +117,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *
  *   backend            auto|cuda|host  $DORMANT_BACKEND    auto: cuda when a
  *                      device is usable, else host
- *   host_mode          retain|release  $DORMANT_HOST_MODE  release (enum
- *                      dormant_host_mode)
+ *   host_mode          retain|release|reclaimable  $DORMANT_HOST_MODE
+ *                      release (enum dormant_host_mode)
  *   chunk_bytes        size   $DORMANT_CHUNK_BYTES  1GiB: largest physical
  *                      chunk of an allocation (rounded up to the granularity)
  *   guard_timeout_ms   int    30000: how long a sleep waits for training steps
@@ -751,7 +756,8 @@ DORMANT_EXPORT int dormant_host_backup_read(struct dormant *m, const void *ptr, 
 
 /*
  * Switch the host mode (enum dormant_host_mode) of a running manager:
- * DORMANT_HOST_RETAIN or DORMANT_HOST_RELEASE. Takes effect at the next
+ * DORMANT_HOST_RETAIN, DORMANT_HOST_RELEASE or DORMANT_HOST_RECLAIMABLE
+ * (treated as release until its next wake). Takes effect at the next
  * sleep or wake: switched to release, host copies retain mode kept are
  * reused by the next sleep and given back by the wake after it; switched to
  * retain, the next wake keeps its copies. dormant_host_mode() and stats say

@@ -57,6 +57,8 @@ DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode)
 		return "retain";
 	case DORMANT_HOST_RELEASE:
 		return "release";
+	case DORMANT_HOST_RECLAIMABLE:
+		return "reclaimable";
 	}
 	return NULL;
 }
@@ -111,8 +113,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	m->options = o;
 	m->log.fn = o.log_fn;
 	m->log.userdata = o.log_userdata;
-	m->host_mode = strcmp(o.host_mode, "retain") == 0 ? DORMANT_HOST_RETAIN
-							   : DORMANT_HOST_RELEASE;
+	m->host_mode = strcmp(o.host_mode, "retain") == 0	 ? DORMANT_HOST_RETAIN
+		       : strcmp(o.host_mode, "reclaimable") == 0 ? DORMANT_HOST_RECLAIMABLE
+								 : DORMANT_HOST_RELEASE;
 	m->chunk_bytes = o.chunk_bytes;
 	m->guard_timeout_ms = o.guard_timeout_ms;
 	m->healthy = true;

@@ -64,9 +64,11 @@ static const struct option options[] = {
 	},
 	{
 		.name = "host_mode", .type = OPTION_ENUM, .offset = FIELD(host_mode),
-		.default_value = "release", .env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release"),
+		.default_value = "release", .env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release", "reclaimable"),
 		.doc = "host memory of kept tags: retain keeps pinned buffers across cycles "
-		       "(fastest), release gives it back after each wake (leanest)",
+		       "(fastest), release gives it back after each wake (leanest), "
+		       "reclaimable unpins them after each wake for the kernel to take "
+		       "(MADV_FREE) and reuses what it left at the next sleep",
 	},
 	{
 		.name = "chunk_bytes", .type = OPTION_SIZE, .offset = FIELD(chunk_bytes),

@@ -190,6 +190,11 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 
 	c->host_valid = false;
 	c->retained = false;
+	if (c->host.reclaimable) {
+		/* counted again, as every buffer freed is */
+		engine_account_host(tag, (int64_t)c->host.size);
+		c->host.reclaimable = false;
+	}
 	if (!job) {
 		size_t size = c->host.size;
 
@@ -204,6 +209,32 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	workers_submit(e->workers, deferred_free_run, job);
 }
 
+/* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
+ * take (not counted as host memory held); the next sleep reuses it. */
+static void host_reclaim(struct engine *e, struct tag *tag, struct chunk *c)
+{
+	c->host_valid = false;
+	c->retained = false;
+	if (hostbuf_make_reclaimable(e->backend, &c->host) < 0) {
+		log_write(&e->log, DORMANT_LOG_WARNING, "host copy freed instead: %s",
+			  dormant_last_error());
+		host_release(e, tag, c);
+		return;
+	}
+	engine_account_host(tag, -(int64_t)c->host.size);
+}
+
+/* A host copy no wake needs any more, as the host mode says. */
+static void host_done(struct engine *e, struct tag *tag, struct chunk *c)
+{
+	if (!c->host.ptr || c->host.reclaimable)
+		return;
+	if (e->mode == DORMANT_HOST_RELEASE)
+		host_release(e, tag, c);
+	else if (e->mode == DORMANT_HOST_RECLAIMABLE)
+		host_reclaim(e, tag, c);
+}
+
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 {
 	if (c->mapped && engine_chunk_release(e, a, c) < 0)
@@ -211,9 +242,11 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 			  dormant_last_error());
 	if (c->host.ptr) {
 		size_t size = c->host.size;
+		bool counted = !c->host.reclaimable;
 
 		hostbuf_free(e->backend, &c->host);
-		engine_account_host(a->tag, -(int64_t)size);
+		if (counted)
+			engine_account_host(a->tag, -(int64_t)size);
 	}
 	disk_release(a->tag, c);
 	c->host_valid = false;
@@ -634,8 +667,7 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 
 		if (c->mapped) {
 			c->host_valid = false;
-			if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-				host_release(e, items[i].tag, c);
+			host_done(e, items[i].tag, c);
 			disk_release(items[i].tag, c);
 		}
 	}
@@ -880,8 +912,7 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 			continue;
 		checksum_commit(e, it);
 		c->host_valid = false;
-		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-			host_release(e, it->tag, c);
+		host_done(e, it->tag, c);
 		/* a disk copy is never kept: its file goes, retain mode or not */
 		disk_release(it->tag, c);
 	}

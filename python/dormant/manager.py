@@ -372,10 +372,10 @@ class Manager:
 
     @host_mode.setter
     def host_mode(self, mode):
-        values = {"retain": 1, "release": 2}  # enum dormant_host_mode
+        values = {"retain": 1, "release": 2, "reclaimable": 3}  # enum dormant_host_mode
         if mode not in values:
-            raise InvalidArgumentError(f'host_mode is "retain" or "release", not {mode!r}',
-                                       errno.EINVAL)
+            raise InvalidArgumentError(
+                f'host_mode is "retain", "release" or "reclaimable", not {mode!r}', errno.EINVAL)
         fn = self._lib.need("dormant_set_host_mode", "setting host_mode")
         self._check(fn(self._handle(), values[mode]))
 
