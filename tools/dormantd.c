@@ -151,8 +151,8 @@ static void usage(FILE *f)
 	      "  --backend NAME        auto (default), cuda or host\n"
 	      "  --keep SIZE           bytes of tag 'weights' (kept on sleep; default 64MiB)\n"
 	      "  --discard SIZE        bytes of tag 'grads' (discarded on sleep; default 64MiB)\n"
-	      "  --host-mode MODE      retain or release (default: $DORMANT_HOST_MODE, else\n"
-	      "                        release)\n"
+	      "  --host-mode MODE      retain, release or reclaimable (default:\n"
+	      "                        $DORMANT_HOST_MODE, else release)\n"
 	      "  --token TOKEN         require Authorization: Bearer TOKEN\n"
 	      "  --token-file FILE     read the token from FILE\n"
 	      "  --open-probes         leave /healthz, /readyz and /metrics open\n"
@@ -175,8 +175,8 @@ static void usage(FILE *f)
 	      "                        (503)\n"
 	      "  --fault RULE          test tool: inject a device fault, RULE is\n"
 	      "                        WHEN:OP[:NTH[:ERROR[:TIMES]]] (WHEN sleep, wake or\n"
-	      "                        any; OP create, map, copy or host-alloc; see\n"
-	      "                        docs/testing.md); may be given up to 8 times\n"
+	      "                        any; OP create, map, copy, host-alloc or disk;\n"
+	      "                        see docs/testing.md); may be given up to 8 times\n"
 	      "  --port-file FILE      write the bound port to FILE once listening\n"
 	      "  --publish[=DIR]       publish a discovery record (for dormantctl --discover)\n"
 	      "                        in DIR (default: $DORMANT_RUNTIME_DIR, else\n"
@@ -368,8 +368,11 @@ static int parse_flags(int argc, char **argv, struct config *c)
 				c->host_mode = DORMANT_HOST_RETAIN;
 			} else if (strcmp(optarg, "release") == 0) {
 				c->host_mode = DORMANT_HOST_RELEASE;
+			} else if (strcmp(optarg, "reclaimable") == 0) {
+				c->host_mode = DORMANT_HOST_RECLAIMABLE;
 			} else {
-				warn("--host-mode must be retain or release, not '%s'", optarg);
+				warn("--host-mode must be retain, release or reclaimable, not '%s'",
+				     optarg);
 				return -EINVAL;
 			}
 			break;

@@ -20,7 +20,24 @@ import pathlib
 import sys
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
-SHADOW_DIR = PACKAGE_DIR / "_shadow"
+# The torch_memory_saver shadow: $DORMANT_SHADOW_DIR; in a source tree the
+# build folder's (meson's preload/tms-shadow: the package beside
+# libdormant-preload.so under torch_memory_saver's library file names, where
+# launchers look for them); else the package's own (installed with those
+# names beside it).
+_BUILD_SHADOW = PACKAGE_DIR.parent.parent / "build" / "preload" / "tms-shadow"
+
+
+def shadow_dir():
+    env = os.environ.get("DORMANT_SHADOW_DIR")
+    if env:
+        return pathlib.Path(env)
+    if (_BUILD_SHADOW / "torch_memory_saver").is_dir():
+        return _BUILD_SHADOW
+    return PACKAGE_DIR / "_shadow"
+
+
+SHADOW_DIR = shadow_dir()
 
 USAGE = ("usage: python3 -m dormant.run [--torch-memory-saver] [--capture] [--print-env] "
          "[--] CMD [ARG ...]")
@@ -36,7 +53,7 @@ def environment(env=None, *, torch_memory_saver=True, capture=False):
     """The environment a child needs (a new dict; env defaults to os.environ)."""
     env = dict(os.environ if env is None else env)
     if torch_memory_saver:
-        env["PYTHONPATH"] = _prepend_path(env.get("PYTHONPATH"), SHADOW_DIR, PACKAGE_DIR.parent)
+        env["PYTHONPATH"] = _prepend_path(env.get("PYTHONPATH"), shadow_dir(), PACKAGE_DIR.parent)
     if capture:
         from . import preload  # dormant's whole-process capture
         env = dict(preload.environment(env))

@@ -197,3 +197,21 @@ Test(faults, bad_rules_are_refused)
 	}
 	fixture_stop(&f);
 }
+
+/* Disk copies are created and written by sleeps and read by wakes: a disk
+ * rule is taken for both kinds (its op_calls entry; a missing one refuses). */
+Test(faults, disk_rules_are_taken_for_sleeps_and_wakes)
+{
+	static const char *const good[] = { "sleep:disk", "wake:disk", "any:disk:2:ENOSPC:0" };
+	struct fixture_config config = { .no_server = true };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		struct test_server_options opts = { .listen = "127.0.0.1:0", .faults = good[i],
+						       .quiet = true };
+
+		cr_expect_eq(test_server_check(&opts), 0, "'%s': %s", good[i], dormant_last_error());
+	}
+	fixture_stop(&f);
+}
