@@ -318,6 +318,28 @@ Test(conns, spare_slots_then_refusal)
 	table_stop(&f);
 }
 
+/* Spare slots held by connections that send nothing (past the idle grace)
+ * do not keep a probe out: a newcomer closes one and takes its slot. */
+Test(conns, silent_spare_slot_makes_room)
+{
+	struct table_fixture f;
+	unsigned busy, silent[CONN_SPARE_SLOTS], late;
+
+	table_start(&f, 1, 1);
+	busy = open_from(&f, "127.0.0.1");
+	conn_receiving(&f.t, f.conns[busy]);
+	for (unsigned i = 0; i < CONN_SPARE_SLOTS; i++) {
+		silent[i] = open_from(&f, "127.0.0.1");
+		cr_assert(spare(&f, silent[i]));
+	}
+	late = open_from(&f, "127.0.0.1");
+	cr_assert(spare(&f, late), "a silent spare connection kept a newcomer out");
+	cr_assert_not(closed(&f, late));
+	cr_assert(closed(&f, silent[0]), "the longest silent spare connection was kept");
+	cr_assert_not(closed(&f, busy));
+	table_stop(&f);
+}
+
 /* ---- per address --------------------------------------------------------- */
 
 /* Loopback and Unix socket clients are the trainer's own node: not counted
