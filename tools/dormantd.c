@@ -1045,17 +1045,18 @@ int main(int argc, char **argv)
 		warn("starting the HTTP server: %s", dormant_last_error());
 		goto out;
 	}
-	if (d.config.port_file) {
-		r = dormant_server_write_port_file(server, d.config.port_file);
-		if (r < 0) {
-			warn("writing %s: %s", d.config.port_file, strerror(-r));
-			goto out;
-		}
-	}
+	/* the port file says "ready": last, after everything that can fail */
 	if (d.config.publish || d.config.role) {
 		r = dormant_server_publish(server, d.config.publish_dir, d.config.role);
 		if (r < 0) {
 			warn("publishing the discovery record: %s", dormant_last_error());
+			goto out;
+		}
+	}
+	if (d.config.port_file) {
+		r = dormant_server_write_port_file(server, d.config.port_file);
+		if (r < 0) {
+			warn("writing %s: %s", d.config.port_file, strerror(-r));
 			goto out;
 		}
 	}
