@@ -9,6 +9,8 @@ import os
 import threading
 import time
 import weakref
+from typing import (Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Union)
 
 from . import _library
 from ._library import c_void_p
@@ -20,7 +22,7 @@ log = logging.getLogger("dormant")
 # again (so that Ctrl-C interrupts a step waiting for a wake).
 _STEP_SLICE_MS = 100
 
-_live_managers = weakref.WeakSet()
+_live_managers: "weakref.WeakSet[Manager]" = weakref.WeakSet()
 
 # Manager._tls.transition_tags while a sleep or wake of every tag runs.
 _TAGS_ALL = "all"
@@ -88,14 +90,14 @@ def _server_option_text(name, value):
     return _option_text(name, value)
 
 
-def server_options():
+def server_options() -> List[Dict[str, Any]]:
     """The server options that serve(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("text", "int",
     "bool"), default, env (its environment variable, or None) and doc."""
     return _library.get().server_options()
 
 
-def options():
+def options() -> List[Dict[str, Any]]:
     """The manager options that Manager(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("enum", "size", "int",
     "bool", "string"), values (an enum's, else None), default, env (its
@@ -115,7 +117,7 @@ class Server:
 
     Also a context manager that stops the server on exit."""
 
-    def __init__(self, manager, handle, extra_callback):
+    def __init__(self, manager: "Manager", handle: Any, extra_callback: Any) -> None:
         self._manager = manager
         self._handle = handle
         self._extra_callback = extra_callback  # the C callback must outlive the server
@@ -126,10 +128,10 @@ class Server:
         self.url = url.decode("utf-8") if url else ""
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self._handle is not None
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop listening and wait for requests in flight (a sleep or wake among
         them runs to its end). Idempotent. Not from a hook."""
         if self._manager._in_hook():
@@ -141,10 +143,10 @@ class Server:
             self._manager._servers.discard(self)
             self._extra_callback = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Server":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.stop()
 
     def __repr__(self):
@@ -190,7 +192,12 @@ class Manager:
     HTTP server thread.
     """
 
-    def __init__(self, *, log=None, mark_free_blocks=True, empty_cache_on_sleep=None, **options):
+    # set by _init_state(); declared here for the type checker
+    _m: Optional[ctypes.c_void_p]
+    _torch: Any
+
+    def __init__(self, *, log: Any = None, mark_free_blocks: bool = True,
+                 empty_cache_on_sleep: Optional[bool] = None, **options: Any) -> None:
         self._init_state()
         self.mark_free_blocks = bool(mark_free_blocks)
         if empty_cache_on_sleep is not None:
@@ -244,7 +251,7 @@ class Manager:
         return self
 
     @property
-    def captured(self):
+    def captured(self) -> bool:
         """True for the process manager of whole-process capture."""
         return not self._owned
 
@@ -296,7 +303,7 @@ class Manager:
 
     # ---- lifecycle --------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Stop this manager's servers and free every allocation and the
         manager itself. Tensors that still live in its memory must not be
         used afterwards. Idempotent."""
@@ -312,13 +319,13 @@ class Manager:
         _live_managers.discard(self)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._m is None
 
-    def __enter__(self):
+    def __enter__(self) -> "Manager":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self):
@@ -329,11 +336,11 @@ class Manager:
     # ---- properties -------------------------------------------------------
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """"cuda" or "host"."""
         return self._lib.dormant_backend_name(self._handle()).decode()
 
-    def option(self, name):
+    def option(self, name: str) -> Any:
         """The value option name has in this manager (set, from the
         environment or the default) as text: sizes in bytes ("1073741824"),
         booleans "true"/"false". InvalidArgumentError for an unknown name."""
@@ -343,23 +350,24 @@ class Manager:
         return buf.value.decode("utf-8")
 
     @property
-    def host_mode(self):
+    def host_mode(self) -> str:
         """"retain" or "release"."""
         mode = self._lib.dormant_host_mode(self._handle())
         return self._lib.dormant_host_mode_name(mode).decode()
 
     @property
-    def device_count(self):
+    def device_count(self) -> int:
         return self._check(self._lib.dormant_device_count(self._handle()))
 
     @property
-    def library_path(self):
+    def library_path(self) -> str:
         """The libdormant file this manager runs on."""
         return self._lib.path
 
     # ---- tags, allocations ------------------------------------------------
 
-    def set_policy(self, tag, policy, *, rebuild=None):
+    def set_policy(self, tag: str, policy: str, *,
+                   rebuild: Optional[Callable[[str], Any]] = None) -> None:
         """Set a tag's policy, creating the tag if needed. Only while the tag
         is awake (else BusyError).
 
@@ -423,7 +431,7 @@ class Manager:
 
         return trampoline
 
-    def mark_unused(self, ptr, size):
+    def mark_unused(self, ptr: int, size: int) -> None:
         """Say that [ptr, ptr + size) of a managed allocation holds nothing
         that must survive the next sleep: that sleep neither copies nor keeps
         it, and the wake after it zero-fills it. The mark lasts until that
@@ -434,7 +442,7 @@ class Manager:
         fn = self._lib.need("dormant_mark_unused", "mark_unused()")
         self._check(fn(self._handle(), ptr, size))
 
-    def set_verify(self, on):
+    def set_verify(self, on: bool) -> None:
         """Turn verification after wake on or off (on by default; DORMANT_VERIFY=0
         turns it off): wakes hash the restored chunks on the device and raise
         DeviceError (EIO), the tags asleep with their host copies, when a chunk
@@ -442,19 +450,19 @@ class Manager:
         fn = self._lib.need("dormant_set_verify", "set_verify()")
         self._check(fn(self._handle(), bool(on)))
 
-    def debug_corrupt_host(self, ptr, mask=1):
+    def debug_corrupt_host(self, ptr: int, mask: int = 1) -> None:
         """Tests only: flip the bits of mask in the host copy's byte that holds
         device address ptr, of a tag asleep (the same call again restores it)."""
         fn = self._lib.need("dormant_debug_corrupt_host", "debug_corrupt_host()")
         self._check(fn(self._handle(), ptr, mask))
 
-    def free_block_marks(self):
+    def free_block_marks(self) -> Optional[Dict[str, Any]]:
         """What the glue's marking of free blocks did: a dict with "sleeps",
         "blocks", "bytes", "seconds" (totals) and "last" (the same for the
         last sleep), or None before region() is used."""
         return None if self._torch is None else self._torch.mark_stats()
 
-    def alloc(self, tag, size, device=None):
+    def alloc(self, tag: str, size: int, device: Optional[int] = None) -> int:
         """Allocate size bytes of device memory under tag; returns the address
         (an int). For code that does not go through PyTorch."""
         ptr = c_void_p()
@@ -464,17 +472,18 @@ class Manager:
             r = self._lib.dormant_alloc_on(self._handle(), _encode_tag(tag), size, device,
                                            ctypes.byref(ptr))
         self._check(r)
+        assert ptr.value is not None  # a successful allocation has an address
         return ptr.value
 
-    def free(self, ptr):
+    def free(self, ptr: int) -> None:
         self._check(self._lib.dormant_free(self._handle(), ptr))
 
-    def copy_to_device(self, ptr, data):
+    def copy_to_device(self, ptr: int, data: bytes) -> None:
         """Copy bytes-like data to managed device memory at ptr (synchronous)."""
         buf = (ctypes.c_char * len(data)).from_buffer_copy(data)
         self._check(self._lib.dormant_copy_to_device(self._handle(), ptr, buf, len(data)))
 
-    def copy_to_host(self, ptr, size):
+    def copy_to_host(self, ptr: int, size: int) -> bytes:
         """Read size bytes of managed device memory at ptr; returns bytes."""
         buf = ctypes.create_string_buffer(size)
         self._check(self._lib.dormant_copy_to_host(self._handle(), buf, ptr, size))
@@ -512,7 +521,7 @@ class Manager:
             raise err from cause
         return report
 
-    def sleep(self, tags=None):
+    def sleep(self, tags: Union[str, Iterable[str], None] = None) -> Dict[str, Any]:
         """Put tags (a name, a list of names, or None: every tag) to sleep.
         Waits for running training steps (see step()), runs the before-sleep
         hooks, releases device memory (copying "keep" tags to host memory).
@@ -521,14 +530,14 @@ class Manager:
         with .report; a failed sleep leaves the tags awake, data intact."""
         return self._transition("sleep", tags)
 
-    def wake(self, tags=None):
+    def wake(self, tags: Union[str, Iterable[str], None] = None) -> Dict[str, Any]:
         """Wake tags at the same addresses: "keep" tags restored, "discard"
         tags zero-filled; then the after-wake hooks run and waiting steps go
         on. Returns the report dict. OutOfMemoryError when the device memory
         is still held elsewhere: the tags stay asleep, intact; retry later."""
         return self._transition("wake", tags)
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """A dict shaped like GET /stats."""
         fn = self._lib.need("dormant_stats_json", "stats()")
         out = c_void_p()
@@ -558,7 +567,7 @@ class Manager:
                                        errno.ETIMEDOUT)
 
     @contextlib.contextmanager
-    def step(self, timeout_s=None):
+    def step(self, timeout_s: Optional[float] = None) -> Iterator["Manager"]:
         """Mark one training step (the trainer guard). Entering waits while the
         memory is asleep or a sleep is waiting for steps to end (up to
         timeout_s; None: for ever, still interruptible by Ctrl-C; then
@@ -571,7 +580,7 @@ class Manager:
 
     # ---- hooks ------------------------------------------------------------
 
-    def add_hook(self, point, fn):
+    def add_hook(self, point: str, fn: Callable[[], Any]) -> int:
         """Run fn() at point: "before_sleep", "after_sleep", "before_wake" or
         "after_wake". It runs on the thread running the transition (maybe an
         HTTP server thread); it must not sleep, wake, or enter a step. If it
@@ -611,7 +620,7 @@ class Manager:
             self._hooks[hook_id] = (fn, callback, point)
         return hook_id
 
-    def remove_hook(self, hook):
+    def remove_hook(self, hook: Union[int, Callable[[], Any]]) -> None:
         """Remove a hook by the id add_hook() returned, or by its function
         (every registration of it). Not from a hook."""
         if self._in_hook():
@@ -628,7 +637,7 @@ class Manager:
                 # The C side no longer calls it: the callback may go.
                 self._hooks.pop(hook_id, None)
 
-    def on_sleep(self, fn=None, *, when="before"):
+    def on_sleep(self, fn: Optional[Callable[[], Any]] = None, *, when: str = "before") -> Any:
         """Run fn() when memory goes to sleep (when="before": may cancel by
         raising; "after"). Usable as a decorator. Returns fn."""
         if fn is None:
@@ -636,7 +645,7 @@ class Manager:
         self.add_hook(f"{when}_sleep", fn)
         return fn
 
-    def on_wake(self, fn=None, *, when="after"):
+    def on_wake(self, fn: Optional[Callable[[], Any]] = None, *, when: str = "after") -> Any:
         """Run fn() when memory wakes (when="after": the memory is back;
         "before": may cancel by raising). Usable as a decorator. Returns fn."""
         if fn is None:
@@ -646,10 +655,14 @@ class Manager:
 
     # ---- the HTTP server ----------------------------------------------------
 
-    def serve(self, host="127.0.0.1", port=0, token=None, *, unix_path=None, token_file=None,
-              open_probes=False, threads=0, max_connections=0, connection_timeout_s=0,
-              quiet=False, stats_extra=None, max_connections_per_ip=0, request_timeout_s=0,
-              faults=None, publish=None, role=None, **options):
+    def serve(self, host: str = "127.0.0.1", port: int = 0, token: Optional[str] = None, *,
+              unix_path: Optional[str] = None, token_file: Optional[str] = None,
+              open_probes: bool = False, threads: int = 0, max_connections: int = 0,
+              connection_timeout_s: float = 0, quiet: bool = False,
+              stats_extra: Optional[Callable[[], Dict[str, Any]]] = None,
+              max_connections_per_ip: int = 0, request_timeout_s: float = 0,
+              faults: Optional[str] = None, publish: Any = None, role: Optional[str] = None,
+              **options: Any) -> Server:
         """Start the HTTP control plane (POST /sleep, /wake, GET /stats, ...)
         on its own threads inside this process. port 0 picks a free port.
         token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
@@ -721,7 +734,8 @@ class Manager:
 
     # ---- PyTorch ------------------------------------------------------------
 
-    def region(self, tag, policy=None, *, dtype_tags=None):
+    def region(self, tag: str, policy: Optional[str] = None, *,
+               dtype_tags: Optional[Mapping[Any, str]] = None) -> ContextManager[Any]:
         """A context manager: CUDA tensors PyTorch allocates inside it on this
         thread live in dormant memory under tag (one torch.cuda.MemPool per
         tag and device). policy, if given, sets the tag's policy first.
@@ -742,12 +756,13 @@ class Manager:
 
     # ---- testing ----------------------------------------------------------
 
-    def debug_occupy(self, nbytes, device=0):
+    def debug_occupy(self, nbytes: int, device: int = 0) -> None:
         """Take nbytes of device memory outside the manager, as another
         process would (0 gives it back): makes a wake fail with ENOMEM."""
         self._check(self._lib.dormant_debug_occupy(self._handle(), device, nbytes))
 
-    def debug_inject_fault(self, op, nth, error=-errno.EIO, repeat=False):
+    def debug_inject_fault(self, op: str, nth: int, error: int = -errno.EIO,
+                           repeat: bool = False) -> None:
         """Make the nth next call of op ("create", "map", "copy",
         "host_alloc") fail with error (a negative errno); nth 0 disarms."""
         if op not in _library.FAULT_OPS:
@@ -755,7 +770,7 @@ class Manager:
         self._check(self._lib.dormant_debug_inject_fault(self._handle(), _library.FAULT_OPS[op],
                                                          nth, error, repeat))
 
-    def debug_op_count(self, op):
+    def debug_op_count(self, op: str) -> int:
         return self._lib.dormant_debug_op_count(self._handle(), _library.FAULT_OPS[op])
 
     def __del__(self):
@@ -783,7 +798,7 @@ def _extra_trampoline(fn):
     return trampoline
 
 
-def stop_all_servers():
+def stop_all_servers() -> None:
     """Stop every server of every live manager (at interpreter exit: server
     threads must not call into Python while it shuts down)."""
     for manager in list(_live_managers):

@@ -157,7 +157,7 @@ def main(argv: Optional[Sequence[str]] = None, *, preload_library: Optional[str]
     """dormant-run's command line; returns the exit status when it does not
     exec the program."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
-    flags = {"capture": False, "torch_memory_saver": False}
+    flags: Dict[str, bool] = {"capture": False, "torch_memory_saver": False}
     values: Dict[str, Optional[str]] = {"listen": None, "token_file": None, "port_file": None}
     print_env = False
     while args and args[0].startswith("-"):
@@ -189,7 +189,10 @@ def main(argv: Optional[Sequence[str]] = None, *, preload_library: Optional[str]
     if not args and not print_env:
         return _fail("no command given (dormant-run [OPTIONS] -- CMD [ARGS...])")
     try:
-        env = environment(**flags, **values, preload_library=preload_library, library=library)
+        env = environment(torch_memory_saver=flags["torch_memory_saver"],
+                          capture=flags["capture"], listen=values["listen"],
+                          token_file=values["token_file"], port_file=values["port_file"],
+                          preload_library=preload_library, library=library)
     except UsageError as e:
         return _fail(str(e))
     if print_env:

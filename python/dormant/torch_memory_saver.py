@@ -49,6 +49,7 @@ import errno
 import os
 import threading
 import warnings
+from typing import Any, Dict, Iterator, NoReturn, Optional
 
 import dormant
 
@@ -80,7 +81,7 @@ def _preload_module():
     return preload
 
 
-def preload_active():
+def preload_active() -> bool:
     """Whether dormant's whole-process capture (the LD_PRELOAD shim of
     cudaMalloc/cudaFree) runs in this process."""
     preload = _preload_module()
@@ -109,9 +110,9 @@ class TorchMemorySaver:
     the process's default dormant manager; the module's torch_memory_saver is
     the one programs use."""
 
-    def __init__(self):
-        self._requested_mode = None
-        self._mode = None
+    def __init__(self) -> None:
+        self._requested_mode: Optional[str] = None
+        self._mode: Optional[str] = None
         self._margin_bytes = 0
         self._lock = threading.Lock()
 
@@ -179,8 +180,9 @@ class TorchMemorySaver:
         return "keep" if enable_cpu_backup else "discard"
 
     @contextlib.contextmanager
-    def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False, enable_disk_backup=False,
-               cpu_backup_backend=None):
+    def region(self, tag: str = _TAG_DEFAULT, enable_cpu_backup: bool = False,
+               enable_disk_backup: bool = False,
+               cpu_backup_backend: Optional[str] = None) -> Iterator[None]:
         """CUDA tensors this thread allocates inside live in dormant memory
         under tag: copied to host on pause with enable_cpu_backup, else
         dropped and zero-filled on resume. Regions nest; the inner one wins."""
@@ -191,7 +193,7 @@ class TorchMemorySaver:
             yield
 
     @contextlib.contextmanager
-    def disable(self):
+    def disable(self) -> Iterator[None]:
         """Allocations inside go to ordinary PyTorch memory, not managed."""
         self._ensure_initialized()
         preload = _preload_module() if self._mode == "preload" else None
@@ -208,8 +210,10 @@ class TorchMemorySaver:
                 yield
 
     @contextlib.contextmanager
-    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode=None,
-                   tag=_TAG_DEFAULT, enable_cpu_backup=False, cpu_backup_backend=None):
+    def cuda_graph(self, cuda_graph: Any, pool: Any = None, stream: Any = None,
+                   capture_error_mode: Optional[str] = None, tag: str = _TAG_DEFAULT,
+                   enable_cpu_backup: bool = False,
+                   cpu_backup_backend: Optional[str] = None) -> Iterator[Any]:
         """torch.cuda.graph(cuda_graph, ...) whose private memory pool lives
         in dormant memory under tag: given back on pause, back on resume
         (zero-filled without backup; a replay rewrites what it uses).
@@ -256,13 +260,13 @@ class TorchMemorySaver:
         except UnknownTagError:
             return None  # a tag never used: nothing to do, as torch_memory_saver
 
-    def pause(self, tag=None):
+    def pause(self, tag: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """Give back the device memory of tag (None: every tag), copying what
         was allocated with backup to host memory. Returns dormant's report
         (None when there was nothing to do)."""
         return self._transition("sleep", tag)
 
-    def resume(self, tag=None):
+    def resume(self, tag: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """Bring tag (None: every tag) back at the same addresses. Raises
         dormant.OutOfMemoryError when the device memory is still taken: the
         tag stays paused with its host copy; call resume again later."""
@@ -271,16 +275,16 @@ class TorchMemorySaver:
     # ---- attributes programs set or read --------------------------------------
 
     @property
-    def enabled(self):
+    def enabled(self) -> bool:
         return True
 
     @property
-    def hook_mode(self):
+    def hook_mode(self) -> Optional[str]:
         """"torch" or "preload" (the mode in use once initialized)."""
         return self._mode or self._requested_mode
 
     @hook_mode.setter
-    def hook_mode(self, mode):
+    def hook_mode(self, mode: str) -> None:
         if mode not in _HOOK_MODES:
             raise InvalidArgumentError(f'hook_mode must be "torch" or "preload", not {mode!r}',
                                        errno.EINVAL)
@@ -294,11 +298,11 @@ class TorchMemorySaver:
                                          f"it stays {current!r}")
 
     @property
-    def memory_margin_bytes(self):
+    def memory_margin_bytes(self) -> int:
         return self._margin_bytes
 
     @memory_margin_bytes.setter
-    def memory_margin_bytes(self, value):
+    def memory_margin_bytes(self, value: int) -> None:
         value = int(value)
         if value < 0:
             raise InvalidArgumentError("memory_margin_bytes must be >= 0", errno.EINVAL)
@@ -325,27 +329,27 @@ class TorchMemorySaver:
                                  f"before the first region, or start with DORMANT_HOST_MODE={mode})")
 
     @property
-    def retain_cpu_backup(self):
+    def retain_cpu_backup(self) -> bool:
         """Whether host copies stay allocated across resumes (dormant's host
         mode "retain")."""
         return self._manager().host_mode == "retain"
 
     @retain_cpu_backup.setter
-    def retain_cpu_backup(self, value):
+    def retain_cpu_backup(self, value: bool) -> None:
         self._set_retain(bool(value))
 
-    def get_cpu_backup(self, x, zero_copy=False):
+    def get_cpu_backup(self, x: Any, zero_copy: bool = False) -> NoReturn:
         raise UnsupportedError(
             "get_cpu_backup() is not supported: dormant keeps host copies to itself; read the "
             "tensor after resume() instead", errno.ENOSYS)
 
-    def set_disk_backup_dir(self, path):
+    def set_disk_backup_dir(self, path: str) -> None:
         _warn_once("disk-dir", "set_disk_backup_dir() is not honoured: dormant has no disk "
                                "backend yet; enable_disk_backup regions are kept in host memory")
 
 
 @contextlib.contextmanager
-def configure_subprocess():
+def configure_subprocess() -> Iterator[None]:
     """While inside, os.environ holds what a child process needs for dormant's
     whole-process capture (as torch_memory_saver's configure_subprocess()
     sets LD_PRELOAD), so subprocesses started inside are captured."""
