@@ -132,7 +132,7 @@ static json_t *with_checksums(json_t *o, uint64_t unchanged, uint64_t verified,
 /* Where a transition's time went (struct dormant_transition_times). */
 static json_t *times_json(const struct dormant_transition_times *t)
 {
-	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			 "sync_s", api_number(t->sync_s, API_SECONDS),
 			 "host_prep_s", api_number(t->host_prep_s, API_SECONDS),
 			 "host_pin_s", api_number(t->host_pin_s, API_SECONDS),
@@ -141,7 +141,8 @@ static json_t *times_json(const struct dormant_transition_times *t)
 			 "release_s", api_number(t->release_s, API_SECONDS),
 			 "map_s", api_number(t->map_s, API_SECONDS),
 			 "map_wait_s", api_number(t->map_wait_s, API_SECONDS),
-			 "zero_wait_s", api_number(t->zero_wait_s, API_SECONDS));
+			 "zero_wait_s", api_number(t->zero_wait_s, API_SECONDS),
+			 "comms_s", api_number(t->comms_s, API_SECONDS));
 }
 
 static json_t *tag_change_json(const struct dormant_tag_change *c)

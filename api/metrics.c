@@ -34,6 +34,7 @@ static const struct {
 	{ "map", offsetof(struct dormant_transition_times, map_s) },
 	{ "map_wait", offsetof(struct dormant_transition_times, map_wait_s) },
 	{ "zero_wait", offsetof(struct dormant_transition_times, zero_wait_s) },
+	{ "comms", offsetof(struct dormant_transition_times, comms_s) },
 };
 
 static double phase_seconds(const struct dormant_transition_times *t, size_t i)

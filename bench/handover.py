@@ -635,7 +635,7 @@ def part_row(report):
     t = report.get("times") or {}
     return {k: t.get(k, 0.0) for k in ("sync_s", "host_prep_s", "host_pin_s", "host_wait_s",
                                         "copy_s", "release_s", "map_s", "map_wait_s",
-                                        "zero_wait_s")}
+                                        "zero_wait_s", "comms_s")}
 
 
 def trainer_env(args, overlap, out, label):
@@ -907,7 +907,7 @@ def table(results, ceiling, args):
             lines.append(memory_line(r))
     lines.append("parts (median s)      " + " ".join(f"{k[:-2]:>9s}" for k in (
         "sync_s", "host_prep_s", "host_pin_s", "host_wait_s", "copy_s", "release_s", "map_s",
-        "map_wait_s", "zero_wait_s")))
+        "map_wait_s", "zero_wait_s", "comms_s")))
     for r in results:
         for way in ("sleep", "wake"):
             if f"{way}_parts" in r:

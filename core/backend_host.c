@@ -31,6 +31,7 @@
 #include "backend.h"
 
 #define HOST_GRANULARITY (2 * MiB)
+#define HOST_PAGE 4096 /* the smallest page; madvise works on whole ones */
 #define POISON_BYTE 0xa5
 /* Poison a line in every stride: enough for a missing zero-fill or restore
  * to show, without faulting in every page of every mapping. */
@@ -177,6 +178,25 @@ static void hashes_ready(struct host_backend *h, uint64_t id, uint64_t done)
 	}
 }
 
+/*
+ * Zero-fill simulated device memory. Device memory is a private anonymous
+ * mapping, so MADV_DONTNEED turns its whole pages into zero pages that cost
+ * nothing until touched, where a memset would fault in and then write every
+ * page; only the partial pages at the ends are written.
+ */
+static void zero_fill(void *dst, size_t size)
+{
+	uintptr_t start = (uintptr_t)dst, end = start + size;
+	uintptr_t first = round_up(start, HOST_PAGE), last = end & ~(uintptr_t)(HOST_PAGE - 1);
+
+	if (first >= last || madvise((void *)first, last - first, MADV_DONTNEED) < 0) {
+		memset(dst, 0, size);
+		return;
+	}
+	memset(dst, 0, first - start);
+	memset((void *)last, 0, end - last);
+}
+
 /* Run a stream's queued work until it has run upto ops. Called with lock. */
 static void stream_run(struct host_backend *h, struct host_stream *s, uint64_t upto)
 {
@@ -189,7 +209,7 @@ static void stream_run(struct host_backend *h, struct host_stream *s, uint64_t u
 		if (op->src)
 			memcpy(op->dst, op->src, op->size);
 		else
-			memset(op->dst, 0, op->size);
+			zero_fill(op->dst, op->size);
 		s->done++;
 		op_free(op);
 		if (h->hashes)
@@ -215,7 +235,7 @@ static int stream_issue(struct host_backend *h, struct host_stream *s, void *dst
 		if (src)
 			memcpy(dst, src, size);
 		else
-			memset(dst, 0, size);
+			zero_fill(dst, size);
 		free(owned);
 		return 0;
 	}
@@ -364,6 +384,10 @@ static int host_mem_map(struct backend *b, int device, uintptr_t va, size_t size
 	if (p == MAP_FAILED)
 		return error_set(-ENOMEM, "mapping %zu bytes at %#lx: %s", size, (unsigned long)va,
 				 strerror(errno));
+	/* Huge pages where the host has them: a restore then takes one fault
+	 * per 2 MiB instead of one per 4 KiB (the granularity keeps mappings
+	 * 2 MiB aligned). Only a hint; failure changes nothing. */
+	madvise(p, size, MADV_HUGEPAGE);
 	for (size_t off = 0; off < size; off += POISON_STRIDE)
 		memset((char *)p + off, POISON_BYTE, POISON_LINE);
 	memset((char *)p + size - POISON_LINE, POISON_BYTE, POISON_LINE);

@@ -360,6 +360,9 @@ struct dormant_transition_times {
 	double map_s;           /* wake: creating and mapping device memory */
 	double map_wait_s;      /* wake: copies and zero-fill waiting for a mapping */
 	double zero_wait_s;     /* wake: waiting for the zero-fill after the copies */
+	double comms_s;         /* the DORMANT_HOOK_AFTER_COPIES (sleep) or
+				 * DORMANT_HOOK_BEFORE_REBUILD (wake) hooks: where
+				 * communicators are suspended and resumed */
 };
 
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
@@ -395,7 +398,9 @@ struct dormant_report {
  * -ENOENT (a named tag does not exist), -EINVAL (bad tag name), -ECANCELED
  * (a hook refused), -ENOMEM (host memory), -EIO (device failure).
  * On failure every tag named is rolled back to awake with its KEEP bytes
- * intact (DISCARD bytes are zero after a rollback that had released them).
+ * intact (DISCARD bytes are zero after a rollback that had released them),
+ * except when a DORMANT_HOOK_AFTER_COPIES hook fails (-ECANCELED): the copies
+ * are complete by then, and the tags stay asleep for a wake to complete.
  */
 DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
 				 struct dormant_report *ret);
@@ -403,7 +408,8 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
 /*
  * Wake tags: map fresh device memory at the same addresses, restore KEEP tags,
  * zero-fill DISCARD and REBUILD tags (and ranges marked unused), synchronize,
- * run the REBUILD tags' callbacks, then run DORMANT_HOOK_AFTER_WAKE hooks
+ * run DORMANT_HOOK_BEFORE_REBUILD hooks and the REBUILD tags' callbacks,
+ * then run DORMANT_HOOK_AFTER_WAKE hooks
  * and let waiting training steps in. Same tags/ret convention as
  * dormant_sleep(); tags already awake are reported unchanged.
  *
@@ -412,7 +418,7 @@ DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
  * call mapped is given back and the tags stay asleep with their host copies
  * intact, so the same call can be retried; -EIO for other device failures,
  * and when a restored chunk's checksum differs from its sleep's
- * (dormant_set_verify()), with the same guarantee; -ECANCELED when a before-wake hook or a rebuild
+ * (dormant_set_verify()), with the same guarantee; -ECANCELED when a before-wake or before-rebuild hook or a rebuild
  * callback (dormant_set_rebuild()) refused, with the same guarantee. Every
  * wake (also one that fails or changes nothing) drops the marks of every
  * tag awake after it (dormant_mark_unused()).
@@ -590,11 +596,23 @@ enum dormant_hook_point {
 	DORMANT_HOOK_AFTER_SLEEP,
 	DORMANT_HOOK_BEFORE_WAKE,      /* a non-zero return cancels the wake */
 	DORMANT_HOOK_AFTER_WAKE,
+	/* Sleep: the copies and releases are done, the tags not yet asleep.
+	 * A non-zero return fails the sleep (-ECANCELED), the tags left asleep
+	 * (their bytes are safe on the host; a wake completes them). */
+	DORMANT_HOOK_AFTER_COPIES,
+	/* Wake: the memory is mapped and restored, no rebuild callback has run.
+	 * A non-zero return fails the wake (-ECANCELED) as a rebuild that fails
+	 * does: the tags stay asleep, host copies intact, retry works. */
+	DORMANT_HOOK_BEFORE_REBUILD,
 };
 
 /* A hook runs on the thread that runs the transition (possibly an HTTP server
  * thread), in the order hooks were added. It must not start a transition or
- * enter the guard. Return 0, or non-zero to cancel (BEFORE_ points only). */
+ * enter the guard. Return 0, or non-zero to fail (BEFORE_ points and
+ * AFTER_COPIES; see above). AFTER_COPIES and BEFORE_REBUILD are where
+ * collective resources (NCCL communicators) are suspended and resumed: after
+ * every step of a sleep that can fail alone, before anything of a wake that
+ * needs them. Their time is the report's times.comms_s. */
 typedef int (*dormant_hook_fn)(struct dormant *m, enum dormant_hook_point point,
 			       void *userdata);
 
@@ -605,6 +623,12 @@ DORMANT_EXPORT int dormant_hook_add(struct dormant *m, enum dormant_hook_point p
 
 /* Remove a hook by id; -ENOENT if unknown. Must not be called from a hook. */
 DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id);
+
+/* From a hook or rebuild callback about to return non-zero, on its own
+ * thread: message (copied, truncated to DORMANT_ERROR_MAX) becomes the reason
+ * in the failed transition's error (dormant_last_error(), the report's error,
+ * the HTTP error body). Returns 0; -EINVAL for a NULL message. */
+DORMANT_EXPORT int dormant_hook_set_error(const char *message);
 
 /* ---- PyTorch pluggable allocator ----------------------------------------- */
 

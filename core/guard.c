@@ -116,7 +116,7 @@ DORMANT_EXPORT int dormant_hook_add(struct dormant *m, enum dormant_hook_point p
 
 	if (!m || !fn)
 		return error_set(-EINVAL, "manager or hook is NULL");
-	if ((unsigned)point > DORMANT_HOOK_AFTER_WAKE)
+	if ((unsigned)point > DORMANT_HOOK_BEFORE_REBUILD)
 		return error_set(-EINVAL, "unknown hook point %d", (int)point);
 	pthread_mutex_lock(&m->lock);
 	if (m->hook_count == HOOKS_MAX) {
@@ -149,6 +149,15 @@ DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id)
 	pthread_mutex_unlock(&m->lock);
 	if (r < 0)
 		return error_set(r, "no hook %d", id);
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_hook_set_error(const char *message)
+{
+	if (!message)
+		return error_set(-EINVAL, "message is NULL");
+	/* the thread's error buffer is what a failing transition reads */
+	error_set(-ECANCELED, "%s", message);
 	return 0;
 }
 

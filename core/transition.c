@@ -30,6 +30,7 @@ struct transition {
 	size_t item_count;
 	struct xfer_totals totals;
 	struct dormant_report *report;
+	bool copies_done;                   /* sleep: past engine_sleep() */
 };
 
 static const char *kind(const struct transition *t)
@@ -238,6 +239,29 @@ static void times_add(struct dormant_transition_times *sum,
 	sum->map_s += t->map_s;
 	sum->map_wait_s += t->map_wait_s;
 	sum->zero_wait_s += t->zero_wait_s;
+	sum->comms_s += t->comms_s;
+}
+
+/* Run the hooks of AFTER_COPIES or BEFORE_REBUILD, timed into comms_s; a
+ * hook that fails makes -ECANCELED with its reason (dormant_hook_set_error())
+ * when it gave one. */
+static int run_comms_hooks(struct dormant *m, struct transition *t)
+{
+	enum dormant_hook_point point =
+		t->sleep ? DORMANT_HOOK_AFTER_COPIES : DORMANT_HOOK_BEFORE_REBUILD;
+	const char *where = t->sleep ? "an after-copies hook" : "a before-rebuild hook";
+	double start = now_monotonic_s();
+	char why[DORMANT_ERROR_MAX];
+	int r;
+
+	error_clear();
+	r = hooks_run(m, point);
+	t->totals.times.comms_s += now_monotonic_s() - start;
+	if (r == 0)
+		return 0;
+	snprintf(why, sizeof(why), "%s", dormant_last_error());
+	return error_set(-ECANCELED, "%s failed (it returned %d)%s%s", where, r,
+			 why[0] ? ": " : "", why);
 }
 
 /* Settle states, free what was freed meanwhile, count. Called with m->lock. */
@@ -258,7 +282,8 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		if (result == 0)
 			state = t->target;
 		else if (t->sleep)
-			state = tag_fully_mapped(tag, t) ? DORMANT_AWAKE : DORMANT_ASLEEP;
+			state = !t->copies_done && tag_fully_mapped(tag, t) ? DORMANT_AWAKE
+									     : DORMANT_ASLEEP;
 		else
 			state = DORMANT_ASLEEP;
 		if (state == t->target && state != tag->state) {
@@ -410,9 +435,16 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 
 	if (sleep) {
 		r = engine_sleep(&m->engine, t.items, t.item_count, &t.totals);
-		/* Rolled back after REBUILD memory was released (only a failed
-		 * unmap gets there): it came back zero-filled, so rebuild it. */
-		if (r < 0 && !t.totals.rollback_failed) {
+		/* Everything that can fail on this rank alone is behind us: now
+		 * the collective part (communicators). If it fails the memory
+		 * stays asleep; settle() finds nothing mapped. */
+		if (r == 0) {
+			t.copies_done = true;
+			r = run_comms_hooks(m, &t);
+		} else if (!t.totals.rollback_failed) {
+			/* Rolled back after REBUILD memory was released (only a
+			 * failed unmap gets there): it came back zero-filled, so
+			 * rebuild it. */
 			char message[DORMANT_ERROR_MAX];
 
 			snprintf(message, sizeof(message), "%s", dormant_last_error());
@@ -423,9 +455,12 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		}
 	} else {
 		r = engine_wake(&m->engine, t.items, t.item_count, &t.totals);
-		/* Every KEEP chunk of the wake is back: rebuild from them. */
+		/* Every KEEP chunk of the wake is back: communicators first
+		 * (a rebuild may gather over them), then rebuild from them. */
 		if (r == 0) {
-			r = run_rebuilds(m, &t);
+			r = run_comms_hooks(m, &t);
+			if (r == 0)
+				r = run_rebuilds(m, &t);
 			if (r < 0)
 				engine_wake_undo(&m->engine, t.items, t.item_count, &t.totals);
 			else

@@ -32,7 +32,8 @@ c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctype
 # enum dormant_policy / dormant_hook_point / dormant_fault_op
 POLICIES = {"keep": 0, "discard": 1, "rebuild": 2}
 POLICY_TAG = -1  # DORMANT_POLICY_TAG: an allocation that follows its tag's policy
-HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3}
+HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3,
+               "after_copies": 4, "before_rebuild": 5}
 FAULT_OPS = {"create": 0, "map": 1, "copy": 2, "host_alloc": 3}
 LOG_LEVELS = {0: "error", 1: "warning", 2: "info", 3: "debug"}
 TAG_MAX = 63
@@ -80,6 +81,7 @@ _PROTOTYPES = {
     "dormant_step_leave": (c_int, [c_void_p]),
     "dormant_hook_add": (c_int, [c_void_p, c_int, HOOK_FN, c_void_p]),
     "dormant_hook_remove": (c_int, [c_void_p, c_int]),
+    "dormant_hook_set_error": (c_int, [c_char_p]),
     "dormant_torch_set_manager": (c_int, [c_void_p]),
     "dormant_set_thread_tag": (c_int, [c_char_p]),
     "dormant_get_thread_tag": (c_int, [ctypes.c_char_p, c_size_t]),
@@ -106,6 +108,7 @@ _PROTOTYPES = {
     "dormant_server_options_set": (c_int, [c_void_p, c_char_p, c_char_p]),
     "dormant_server_options_get": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
     "dormant_server_options_set_stats_extra": (c_int, [c_void_p, EXTRA_FN, c_void_p]),
+    "dormant_server_options_set_metrics_extra": (c_int, [c_void_p, EXTRA_FN, c_void_p]),
     "dormant_server_option_name": (c_char_p, [c_size_t]),
     "dormant_server_option_type": (c_char_p, [c_size_t]),
     "dormant_server_option_default": (c_char_p, [c_size_t]),

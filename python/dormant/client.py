@@ -10,7 +10,9 @@
     async with AsyncClient(dns="trainer.ns.svc", ports="8787-8794") as ranks:
         results = await ranks.stats()
 
-Calls: sleep(tags), wake(tags), stats(), health(), ready(). Standard
+Calls: sleep(tags), wake(tags), stats(), health(), ready(), and
+sleep_together(tags), wake_together(tags) for the ranks of one job (every
+request in flight at once: NCCL's suspend is collective). Standard
 library only; importing it does not load libdormant. The endpoint
 forms, the retry policy and the token sources are those of dormantctl
 (docs/operations.md): HOST[:PORT], [IPV6][:PORT], http://HOST:PORT,
@@ -31,6 +33,7 @@ the results alone), whose message names every failed rank.
 """
 import asyncio
 import concurrent.futures
+import functools
 import http.client
 import ipaddress
 import json
@@ -724,9 +727,9 @@ class Client(_Common):
     """Blocking client over many endpoints (threads, `concurrency` at once).
     See the module and _Common.__init__ for the arguments."""
 
-    def _call(self, action, tags=None):
+    def _call(self, action, tags=None, together=False):
         request = self._request(action, tags)
-        workers = min(self.concurrency, len(self.endpoints))
+        workers = len(self.endpoints) if together else min(self.concurrency, len(self.endpoints))
         with concurrent.futures.ThreadPoolExecutor(workers, "dormant-client") as pool:
             results = list(pool.map(lambda ep: self._run_blocking(ep, request),
                                     self.endpoints))
@@ -739,6 +742,19 @@ class Client(_Common):
     def wake(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake on every rank (tags: a list, or None for every tag)."""
         return self._call("wake", tags)
+
+    def sleep_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
+        """POST /sleep to every rank at once, `concurrency` notwithstanding.
+        For the ranks of one job: each suspends its NCCL communicators after
+        its copies, a collective that waits for every rank of the group, so
+        a rank must never wait for a free slot while its peers wait for it
+        (docs/orchestrators.md, "Sleeping the ranks of a job together")."""
+        return self._call("sleep", tags, together=True)
+
+    def wake_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
+        """POST /wake to every rank at once (resuming the communicators is
+        collective too); see sleep_together()."""
+        return self._call("wake", tags, together=True)
 
     def stats(self) -> List[RankResult]:
         """GET /stats on every rank; an unhealthy rank counts as failed."""
@@ -767,7 +783,7 @@ class AsyncClient(_Common):
     are asyncio sleeps; each attempt runs in a worker thread (at most
     `concurrency` at once), so a slow rank never blocks the event loop."""
 
-    async def _run_async(self, ep, request, limit):
+    async def _run_async(self, ep, request, limit, pool=None):
         gen = self._one(ep, request)
         sent = None
         try:
@@ -779,19 +795,27 @@ class AsyncClient(_Common):
                     continue
                 async with limit:
                     try:
-                        sent = await asyncio.to_thread(_attempt, *arg, self.timeout,
-                                                       self.connect_timeout,
-                                                       self.ssl_context)
+                        sent = await asyncio.get_running_loop().run_in_executor(
+                            pool, functools.partial(_attempt, *arg, self.timeout,
+                                                    self.connect_timeout, self.ssl_context))
                     except _Retryable as e:
                         sent = e
         except StopIteration as stop:
             return stop.value
 
-    async def _call(self, action, tags=None):
+    async def _call(self, action, tags=None, together=False):
         request = self._request(action, tags)
-        limit = asyncio.Semaphore(self.concurrency)
-        results = await asyncio.gather(*(self._run_async(ep, request, limit)
-                                         for ep in self.endpoints))
+        if not together:
+            limit = asyncio.Semaphore(self.concurrency)
+            results = await asyncio.gather(*(self._run_async(ep, request, limit)
+                                             for ep in self.endpoints))
+            return self._finish(action, list(results))
+        # a thread per rank: the loop's default pool may be smaller
+        limit = asyncio.Semaphore(len(self.endpoints))
+        with concurrent.futures.ThreadPoolExecutor(len(self.endpoints),
+                                                   "dormant-client") as pool:
+            results = await asyncio.gather(*(self._run_async(ep, request, limit, pool)
+                                             for ep in self.endpoints))
         return self._finish(action, list(results))
 
     async def sleep(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
@@ -801,6 +825,14 @@ class AsyncClient(_Common):
     async def wake(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake on every rank."""
         return await self._call("wake", tags)
+
+    async def sleep_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
+        """POST /sleep to every rank at once (see Client.sleep_together)."""
+        return await self._call("sleep", tags, together=True)
+
+    async def wake_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
+        """POST /wake to every rank at once (see Client.wake_together)."""
+        return await self._call("wake", tags, together=True)
 
     async def stats(self) -> List[RankResult]:
         """GET /stats on every rank; an unhealthy rank counts as failed."""

@@ -186,6 +186,14 @@ class Manager:
             outside dormant's pools (torch.cuda.empty_cache()), so that a
             sleeping trainer leaves no cached memory behind. False keeps
             them; the attribute of the same name can change it later.
+        nccl: what sleeps do with the process's NCCL communicators: "auto"
+            (the default, else $DORMANT_NCCL): suspend them after the
+            copies and resume them before the rebuilds (NCCL 2.29.7+);
+            "rebuild": destroy the process groups and make them again;
+            "off". See dormant.nccl and docs/pytorch.md, "NCCL memory".
+        nccl_timeout_s: how long a suspend or resume waits for the
+            group's other ranks before the transition fails naming the
+            communicator (default $DORMANT_NCCL_TIMEOUT_S, else 120).
 
     Every method is safe to call from any thread. Hooks added with on_sleep()
     and on_wake() run on the thread that runs the transition, which may be an
@@ -195,10 +203,15 @@ class Manager:
     # set by _init_state(); declared here for the type checker
     _m: Optional[ctypes.c_void_p]
     _torch: Any
+    _comms: Any
 
     def __init__(self, *, log: Any = None, mark_free_blocks: bool = True,
-                 empty_cache_on_sleep: Optional[bool] = None, **options: Any) -> None:
+                 empty_cache_on_sleep: Optional[bool] = None, nccl: Optional[str] = None,
+                 nccl_timeout_s: Optional[float] = None, **options: Any) -> None:
         self._init_state()
+        from . import nccl as _nccl  # standard library only; torch is never imported
+        nccl_mode = _nccl._comms.mode_from(nccl)
+        nccl_timeout = _nccl._comms.timeout_from(nccl_timeout_s)
         self.mark_free_blocks = bool(mark_free_blocks)
         if empty_cache_on_sleep is not None:
             self.empty_cache_on_sleep = bool(empty_cache_on_sleep)
@@ -223,6 +236,7 @@ class Manager:
             lib.dormant_options_destroy(opts)
         self._m = handle
         _live_managers.add(self)
+        self._comms = _nccl.Communicators(self, nccl_mode, nccl_timeout)
 
     def _init_state(self):
         self._lib = _library.get()
@@ -235,6 +249,7 @@ class Manager:
         self._lock = threading.Lock()
         self._torch = None          # the region machinery, once region() is used
         self._log_callback = None
+        self._comms = None          # dormant.nccl.Communicators
         self.mark_free_blocks = True
         self.empty_cache_on_sleep = os.environ.get("DORMANT_TORCH_EMPTY_CACHE", "1") != "0"
 
@@ -248,6 +263,8 @@ class Manager:
         self._m = c_void_p(handle)
         self._owned = False
         _live_managers.add(self)
+        from . import nccl as _nccl
+        self._comms = _nccl.Communicators(self)
         return self
 
     @property
@@ -311,6 +328,9 @@ class Manager:
             server.stop()
         if self._torch is not None and self._owned:
             self._torch.detach()
+        if self._comms is not None:
+            self._comms.close()
+            self._comms = None
         with self._lock:
             handle, self._m = self._m, None
         if handle is not None and self._owned:
@@ -581,20 +601,24 @@ class Manager:
     # ---- hooks ------------------------------------------------------------
 
     def add_hook(self, point: str, fn: Callable[[], Any]) -> int:
-        """Run fn() at point: "before_sleep", "after_sleep", "before_wake" or
-        "after_wake". It runs on the thread running the transition (maybe an
-        HTTP server thread); it must not sleep, wake, or enter a step. If it
-        raises, the exception is logged to the "dormant" logger and, at a
-        before_ point, the transition is cancelled (CancelledError / HTTP
-        error). Returns an id for remove_hook()."""
+        """Run fn() at point: "before_sleep", "after_copies" (a sleep's
+        copies done, the tags not yet asleep), "after_sleep", "before_wake",
+        "before_rebuild" (a wake's memory back, no rebuild callback run yet)
+        or "after_wake". It runs on the thread running the transition (maybe
+        an HTTP server thread); it must not sleep, wake, or enter a step. If
+        it raises, the exception is logged to the "dormant" logger and, at a
+        before_ point or after_copies, the transition fails (CancelledError
+        / HTTP 409, its message the exception's); after_copies leaves the
+        tags asleep. Returns an id for remove_hook()."""
         if point not in _library.HOOK_POINTS:
             raise InvalidArgumentError(
                 f"hook point must be one of {', '.join(_library.HOOK_POINTS)}, not {point!r}",
                 errno.EINVAL)
         if not callable(fn):
             raise InvalidArgumentError("a hook must be callable", errno.EINVAL)
-        before = point.startswith("before")
+        before = point.startswith("before") or point == "after_copies"
         tls = self._tls
+        lib = self._lib
 
         def trampoline(m, hook_point, userdata):
             tls.hook_depth = getattr(tls, "hook_depth", 0) + 1
@@ -606,7 +630,11 @@ class Manager:
                     tls.hook_error = e
                     log.error("dormant %s hook %r raised%s", point,
                               getattr(fn, "__qualname__", fn),
-                              ": cancelling the transition" if before else "", exc_info=True)
+                              ": failing the transition" if before else "", exc_info=True)
+                    if before and lib.has("dormant_hook_set_error"):
+                        # the reason, in the error of the transition (HTTP too)
+                        lib.dormant_hook_set_error(
+                            (str(e) or type(e).__name__).encode("utf-8", "replace"))
                 except BaseException:
                     pass
                 return 1 if before else 0
@@ -667,7 +695,9 @@ class Manager:
         on its own threads inside this process. port 0 picks a free port.
         token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
         authentication. stats_extra: a callable returning a dict, shown as
-        "extra" in GET /stats. Limits (0: the defaults of dormant-server.h):
+        "extra" in GET /stats, beside "nccl" (the process's NCCL
+        communicators, dormant.nccl; their dormant_comm_* lines are in GET
+        /metrics). Limits (0: the defaults of dormant-server.h):
         max_connections (64) and max_connections_per_ip (32; all of loopback
         is one client): over them the connection that has waited longest
         for a request is closed to make room; connection_timeout_s (30) idle
@@ -712,10 +742,24 @@ class Manager:
                 if r < 0:
                     known = ", ".join(o["name"] for o in lib.server_options())
                     raise error_from(r, f"serve(): {lib.last_error()} (options: {known})")
+            comms = self._comms
+            if comms is not None:
+                # GET /stats's extra.nccl and the dormant_comm_* metrics
+                user_extra = stats_extra
+
+                def stats_extra():
+                    extra = dict(user_extra() or {}) if user_extra is not None else {}
+                    extra["nccl"] = comms.stats()
+                    return extra
             if stats_extra is not None:
-                extra_callback = _library.EXTRA_FN(_extra_trampoline(stats_extra))
-                self._check(lib.dormant_server_options_set_stats_extra(opts, extra_callback,
+                extra_callback = [_library.EXTRA_FN(_extra_trampoline(stats_extra))]
+                self._check(lib.dormant_server_options_set_stats_extra(opts, extra_callback[0],
                                                                        None))
+            if comms is not None and lib.has("dormant_server_options_set_metrics_extra"):
+                extra_callback = (extra_callback or []) + [
+                    _library.EXTRA_FN(_text_trampoline(comms.metrics))]
+                self._check(lib.dormant_server_options_set_metrics_extra(
+                    opts, extra_callback[-1], None))
             self._check(start(self._handle(), opts, ctypes.byref(handle)))
         finally:
             lib.dormant_server_options_destroy(opts)
@@ -789,6 +833,22 @@ def _extra_trampoline(fn):
             data = json.dumps(fn()).encode()
         except BaseException:
             log.error("dormant stats_extra callback raised", exc_info=True)
+            return -errno.EIO
+        if len(data) + 1 > size:
+            return -errno.ENOSPC
+        ctypes.memmove(buf, data, len(data))
+        ctypes.memset(buf + len(data), 0, 1)
+        return len(data)
+    return trampoline
+
+
+def _text_trampoline(fn):
+    """A dormant_metrics_extra_fn over fn() returning text."""
+    def trampoline(userdata, buf, size):
+        try:
+            data = fn().encode()
+        except BaseException:
+            log.error("dormant metrics callback raised", exc_info=True)
             return -errno.EIO
         if len(data) + 1 > size:
             return -errno.ENOSPC

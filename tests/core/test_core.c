@@ -203,18 +203,25 @@ Test(basics, host_backend_returns_pages_to_the_os)
 	struct dormant *m = manager();
 	size_t size = 128 * MiB;
 	long awake, asleep;
+	void *w;
 
 	if (!on_host(m)) {
 		dormant_destroy(m);
 		cr_skip_test("the RSS check is for the host backend");
 	}
+
 	dormant_set_policy(m, "grads", DORMANT_DISCARD);
-	fill(m, alloc_tag(m, "grads", size), size, 8); /* every page in use */
+	w = alloc_tag(m, "grads", size);
+	fill(m, w, size, 8); /* every page in use */
 	awake = rss_bytes();
 	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
 	asleep = rss_bytes();
 	cr_expect_geq(awake - asleep, (long)(size * 9 / 10), "RSS %ld -> %ld", awake, asleep);
 	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	/* Wake maps the pages again: counted as device memory at once, and
+	 * resident once used (a zero-filled page costs nothing until then). */
+	cr_expect_eq(stats(m)->devices[0].managed_bytes, size);
+	fill(m, w, size, 9);
 	cr_expect_geq(rss_bytes() - asleep, (long)(size * 9 / 10), "wake maps the pages again");
 	dormant_destroy(m);
 }

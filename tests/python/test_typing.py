@@ -71,8 +71,9 @@ def test_mypy_agrees_with_the_annotations():
     except ImportError:
         pytest.fail("mypy is not installed: apt-get install python3-mypy (scripts/setup-debian)")
     modules = [m.__name__ for m in MODULES] + ["dormant.manager"]
-    args = [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-error-summary",
-            "--cache-dir", os.devnull]
+    # the modules named, not what they import (errors there are not the API's)
+    args = [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
+            "--no-error-summary", "--cache-dir", os.devnull]
     for m in modules:
         args += ["-m", m]
     p = subprocess.run(args, cwd=PYTHON_DIR, capture_output=True, text=True, timeout=600)

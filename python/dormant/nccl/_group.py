@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Give back a process group's communicator memory while dormant sleeps.
+"""release_on_sleep(): one process group's communicator released before each
+sleep, opt-in (the process-wide suspend of _comms.py leaves such a group to it).
 
 An NCCL communicator holds GPU memory of its own (buffers per channel and
 peer, 0.1 to several GiB per rank) that no dormant region covers, so it stays
@@ -52,6 +53,16 @@ log = logging.getLogger("dormant")
 
 MODES = ("auto", "suspend", "rebuild")
 
+# id() of the groups a live ReleasedGroup releases: the process-wide suspend
+# (mode "auto" of every manager) leaves them to it.
+_managed = {}
+_managed_lock = threading.Lock()
+
+
+def managed_ids():
+    with _managed_lock:
+        return set(_managed)
+
 
 class ReleasedGroup:
     """A process group released before each sleep and restored at its next use.
@@ -87,6 +98,13 @@ class ReleasedGroup:
         self._mode = self._pick_mode(mode)
         self._stats["mode"] = self._mode
         self._hook_id = manager.add_hook("before_sleep", self._release_hook)
+        self._manage(group)
+
+    def _manage(self, group, old=None):
+        with _managed_lock:
+            if old is not None:
+                _managed.pop(id(old), None)
+            _managed[id(group)] = group
 
     # ---- what users call ----------------------------------------------------
 
@@ -119,7 +137,9 @@ class ReleasedGroup:
                 # ranks, the destroyed group's again, and a new group under an
                 # old name could read the old one's keys (NCCL's unique id)
                 # from the store. The counter's names are new every time.
-                self._group = self._dist.new_group(self._ranks, backend=self._backend)
+                old, self._group = self._group, self._dist.new_group(self._ranks,
+                                                                     backend=self._backend)
+                self._manage(self._group, old)
             if self._warmup:
                 self._warm_up()
             seconds = time.monotonic() - start
@@ -160,6 +180,8 @@ class ReleasedGroup:
         if self._hook_id is not None:
             self._manager.remove_hook(self._hook_id)
             self._hook_id = None
+            with _managed_lock:
+                _managed.pop(id(self._group), None)
 
     # ---- inside ---------------------------------------------------------------
 

@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: MIT
+"""The fallback where suspend cannot work (DORMANT_NCCL=rebuild): process
+groups destroyed after a sleep's copies and made again before a wake's
+rebuilds, the program's references to them pointed at the new ones.
+
+- Destroying: every NCCL group of this rank but the default one (WORLD:
+  destroying it ends torch.distributed; its communicator stays), with
+  dist.destroy_process_group(), which shuts its communicator down and frees
+  its memory.
+- Making again: dist.new_group() is collective over WORLD: every rank calls
+  it for every group, members or not, in one order, and the groups' names
+  (a counter, never used before: no stale keys in the store) must agree.
+  A rank knows only its own groups, so the ranks first exchange what they
+  destroyed through the default store (one key per rank and rebuild) and all
+  make the union, in the order the groups were first made.
+- Rebinding: the old group objects stay referenced by the program
+  (Megatron's parallel_state globals, its DDP buffers, the optimizer). Every
+  dict (module globals, instance __dict__), list and closure cell that
+  refers to an old group is pointed at its new one (gc.get_referrers). A
+  reference held in a tuple, a __slots__ attribute or C++ (a DTensor
+  DeviceMesh, FSDP2) cannot be rebound: stats() counts them
+  ("references_left"), and such programs want suspend.
+"""
+import datetime
+import gc
+import json
+import logging
+import types
+
+from . import _discover
+
+log = logging.getLogger("dormant")
+
+
+class Rebuilder:
+    def __init__(self, timeout_s, dist=None, torch=None):
+        self.timeout_s = timeout_s
+        self._dist = dist
+        self._torch = torch
+        self._destroyed = []     # (old group, spec) of this rank
+        self.epoch = 0
+        self.rebuilds = 0
+        self.rebound = 0
+        self.references_left = 0
+        self.groups_destroyed = 0
+
+    def _modules(self):
+        return _discover.modules(self._dist, self._torch)
+
+    def destroy_all(self):
+        """Destroy this rank's NCCL groups but WORLD; returns how many."""
+        dist, _ = self._modules()
+        if self._destroyed:
+            return 0  # a failed wake left them destroyed: the next wake makes them
+        world = _discover.c10d_world(dist) if dist is not None else None
+        default = getattr(world, "default_pg", None) if world is not None else None
+        groups = [g for g in _discover.nccl_groups(self._dist, self._torch)
+                  if g.pg is not default]
+        for group in groups:
+            # the backend as c10d wrote it ("nccl", "cuda:nccl,cpu:gloo"):
+            # new_group() takes both forms
+            spec = {"order": _order_key(group), "ranks": group.ranks,
+                    "backend": group.backend_name}
+            dist.destroy_process_group(group.pg)
+            self._destroyed.append((group.pg, spec))
+        self.groups_destroyed = len(self._destroyed)
+        return len(groups)
+
+    def recreate_all(self):
+        """Make the groups again on every rank and rebind this rank's
+        references; returns how many of this rank's groups came back."""
+        dist, _ = self._modules()
+        if dist is None or not dist.is_initialized():
+            return 0
+        self.epoch += 1
+        mine = [spec for _, spec in self._destroyed]
+        every = self._exchange(dist, mine)
+        made = {}
+        for spec in every:
+            group = dist.new_group(spec["ranks"], backend=spec["backend"])
+            made[_key(spec)] = group
+        rebound = left = 0
+        for old, spec in self._destroyed:
+            new = made.get(_key(spec))
+            r, l = rebind(old, new, keep=(self._destroyed,))
+            rebound += r
+            left += l
+        count = len(self._destroyed)
+        self._destroyed = []
+        self.rebuilds += 1
+        self.rebound, self.references_left = rebound, left
+        return count
+
+    def _exchange(self, dist, mine):
+        """Every rank's destroyed groups, one list in creation order."""
+        size = dist.get_world_size()
+        if size <= 1:
+            return sorted(mine, key=lambda s: s["order"])
+        store = dist.distributed_c10d._get_default_store()
+        prefix = f"dormant/nccl-rebuild/{self.epoch}/"
+        store.set(prefix + str(dist.get_rank()), json.dumps(mine))
+        keys = [prefix + str(rank) for rank in range(size)]
+        if self.timeout_s is not None and hasattr(store, "wait"):
+            # every rank's list, or an error naming the wait (not a hang)
+            store.wait(keys, datetime.timedelta(seconds=self.timeout_s))
+        union = {}
+        for rank in range(size):
+            raw = store.get(prefix + str(rank))
+            for spec in json.loads(raw.decode() if isinstance(raw, bytes) else raw):
+                union[_key(spec)] = spec
+        return sorted(union.values(), key=lambda s: s["order"])
+
+
+def _key(spec):
+    return (tuple(spec["order"]), tuple(spec["ranks"]), spec["backend"])
+
+
+def _order_key(group):
+    """Where the group stands in the order c10d made them, the same on every
+    rank: group names are c10d's counter then (new_group without
+    use_local_synchronization); a hashed name sorts after, by its ranks."""
+    try:
+        return [0, int(group.name), ""]
+    except ValueError:
+        return [1, 0, group.name]
+
+
+def rebind(old, new, keep=()):
+    """Point the dicts, lists and closure cells that refer to old at new;
+    returns (rebound, left): references changed and references that could
+    not be (tuples, objects' slots, C++). keep: containers of our own, left
+    alone."""
+    if new is None or old is new:
+        return 0, 0
+    skip = {id(k) for k in keep}
+    rebound = left = 0
+    gc.collect()
+    for ref in gc.get_referrers(old):
+        if id(ref) in skip or isinstance(ref, types.FrameType):
+            continue
+        if isinstance(ref, dict):
+            for k, v in list(ref.items()):
+                if v is old:
+                    ref[k] = new
+                    rebound += 1
+        elif isinstance(ref, list):
+            for i, item in enumerate(ref):
+                if item is old:
+                    ref[i] = new
+                    rebound += 1
+        elif isinstance(ref, types.CellType):
+            ref.cell_contents = new
+            rebound += 1
+        elif isinstance(ref, tuple) and _is_own_tuple(ref, old):
+            continue
+        else:
+            left += 1
+    return rebound, left
+
+
+def _is_own_tuple(ref, old):
+    """Our own (old group, spec) pairs."""
+    return len(ref) == 2 and ref[0] is old and isinstance(ref[1], dict) and "order" in ref[1]
