@@ -174,7 +174,7 @@ def main(argv: Optional[Sequence[str]] = None, *, preload_library: Optional[str]
                     what = "HOST:PORT" if name == "--listen" else "a file"
                     return _fail(f"{name} needs {what}")
                 value = args.pop(0)
-            values[key] = value
+            values[key] = value or None  # an empty value: as not given
         elif arg == "--print-env":
             print_env = True
         elif arg in ("-h", "--help"):
