@@ -48,6 +48,9 @@ struct api_context {
 	void *stats_extra_userdata;
 	dormant_metrics_extra_fn metrics_extra;
 	void *metrics_extra_userdata;
+	/* The fault switch's rules (a test tool) when it is armed, else NULL:
+	 * GET /stats shows them ("faults"), /metrics dormant_faults_armed. */
+	const char *faults;
 };
 
 struct api_param {
@@ -173,9 +176,9 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 
 /* ---- Prometheus text (metrics.c) ----------------------------------------- */
 
-/* The /metrics body; extra (may be NULL) is appended as is. Returns 0 or
- * -ENOMEM; *ret_text is malloc()ed. */
-int api_metrics_text(const struct dormant_stats *stats, const char *extra, char **ret_text,
-		     size_t *ret_size);
+/* The /metrics body; faults_armed is dormant_faults_armed; extra (may be
+ * NULL) is appended as is. Returns 0 or -ENOMEM; *ret_text is malloc()ed. */
+int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const char *extra,
+		     char **ret_text, size_t *ret_size);
 
 #endif

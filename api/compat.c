@@ -22,7 +22,7 @@
  *
  * The engines' own tag names mean kinds of memory, and map onto a trainer's
  * tags by policy: "weights" names every tag whose content is kept (policy
- * keep or rebuild), "kv_cache" and "cuda_graph" every tag whose content is
+ * keep, rebuild or disk), "kv_cache" and "cuda_graph" every tag whose content is
  * not (discard). A dormant tag of the same name is included too, so the
  * engines' "wake weights, then kv_cache" sequence wakes every tag. Any other
  * name is a dormant tag; one that is neither is skipped, as the engines do,
@@ -67,7 +67,8 @@ static bool compat_add(struct compat_tags *t, const struct dormant_stats *stats,
 	t->given = true;
 	for (size_t i = 0; i < stats->tag_count; i++) {
 		const struct dormant_tag_stats *tag = &stats->tags[i];
-		bool kept = tag->policy == DORMANT_KEEP || tag->policy == DORMANT_REBUILD;
+		bool kept = tag->policy == DORMANT_KEEP || tag->policy == DORMANT_REBUILD ||
+			    tag->policy == DORMANT_DISK;
 
 		if (name_is(name, len, tag->tag) || (keep_kind && kept) ||
 		    (scratch_kind && tag->policy == DORMANT_DISCARD)) {

@@ -487,6 +487,7 @@ void api_handle_stats(struct api_context *ctx, const struct api_request *req,
 	struct dormant_stats *stats;
 	bool pretty = false;
 	char shown[64];
+	json_t *doc;
 
 	for (size_t i = 0; i < req->param_count; i++) {
 		const struct api_param *p = &req->params[i];
@@ -510,7 +511,15 @@ void api_handle_stats(struct api_context *ctx, const struct api_request *req,
 	}
 	if (stats_fetch(ctx, &stats, resp) < 0)
 		return;
-	respond_json(resp, 200, API_JSON, api_stats_to_json(stats, stats_extra(ctx)), pretty);
+	doc = api_stats_to_json(stats, stats_extra(ctx));
+	/* whether sleeps and wakes may fail on purpose: never hidden */
+	if (doc && json_object_set_new(doc, "faults",
+				       json_pack("{s:b, s:s?}", "armed", ctx->faults != NULL,
+						 "rules", ctx->faults)) < 0) {
+		json_decref(doc);
+		doc = NULL;
+	}
+	respond_json(resp, 200, API_JSON, doc, pretty);
 	free(stats);
 }
 
@@ -566,7 +575,7 @@ void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 			}
 		}
 	}
-	r = api_metrics_text(stats, extra, &text, &size);
+	r = api_metrics_text(stats, ctx->faults != NULL, extra, &text, &size);
 	free(extra);
 	free(stats);
 	if (r < 0) {

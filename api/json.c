@@ -239,7 +239,7 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 
 static json_t *tag_stats_json(const struct dormant_tag_stats *t)
 {
-	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			 "tag", t->tag,
 			 "policy", dormant_policy_name(t->policy),
 			 "state", dormant_state_name(t->state),
@@ -248,6 +248,7 @@ static json_t *tag_stats_json(const struct dormant_tag_stats *t)
 			 "reserved_bytes", count_json(t->reserved_bytes),
 			 "device_bytes", count_json(t->device_bytes),
 			 "host_bytes", count_json(t->host_bytes),
+			 "disk_bytes", count_json(t->disk_bytes),
 			 "sleeps", count_json(t->sleeps),
 			 "wakes", count_json(t->wakes));
 }
@@ -276,7 +277,7 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 		if (json_array_append_new(devices, device_stats_json(&st->devices[i])) < 0)
 			goto err;
 
-	o = json_pack("{s:s, s:s, s:b, s:o, s:s, s:b, s:I, s:o, s:{s:o, s:o, s:o, s:o, s:o}, "
+	o = json_pack("{s:s, s:s, s:b, s:o, s:s, s:b, s:I, s:o, s:{s:o, s:o, s:o, s:o, s:o, s:o}, "
 		      "s:o, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:o, s:o}",
 		      "backend", st->backend,
 		      "host_mode", dormant_host_mode_name(st->host_mode),
@@ -292,6 +293,7 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 		      "device_bytes", count_json(st->device_bytes),
 		      "host_bytes", count_json(st->host_bytes),
 		      "staging_bytes", count_json(st->staging_bytes),
+		      "disk_bytes", count_json(st->disk_bytes),
 		      "devices", devices,
 		      "counters",
 		      "sleeps_ok", count_json(st->sleeps_ok),

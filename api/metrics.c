@@ -137,7 +137,7 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	}
 
 	family(f, "dormant_tag_bytes", "gauge",
-	       "Bytes each tag holds now, on the device and in host memory.");
+	       "Bytes each tag holds now, on the device, in host memory and on disk.");
 	for (size_t i = 0; i < st->tag_count; i++) {
 		tag_sample(f, "dormant_tag_bytes", st->tags[i].tag);
 		fputs(",location=\"device\"}", f);
@@ -145,6 +145,9 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 		tag_sample(f, "dormant_tag_bytes", st->tags[i].tag);
 		fputs(",location=\"host\"}", f);
 		value_u64(f, st->tags[i].host_bytes);
+		tag_sample(f, "dormant_tag_bytes", st->tags[i].tag);
+		fputs(",location=\"disk\"}", f);
+		value_u64(f, st->tags[i].disk_bytes);
 	}
 
 	family(f, "dormant_tag_allocations", "gauge", "Live allocations of each tag.");
@@ -174,6 +177,10 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	family(f, "dormant_staging_bytes", "gauge", "Pinned staging host memory held now.");
 	fputs("dormant_staging_bytes", f);
 	value_u64(f, st->staging_bytes);
+	family(f, "dormant_disk_bytes", "gauge",
+	       "Disk bytes held now by the copies of tags with policy disk.");
+	fputs("dormant_disk_bytes", f);
+	value_u64(f, st->disk_bytes);
 
 	family(f, "dormant_transitions_total", "counter",
 	       "Sleeps and wakes asked of the manager, by result.");
@@ -269,8 +276,8 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	}
 }
 
-int api_metrics_text(const struct dormant_stats *stats, const char *extra, char **ret_text,
-		     size_t *ret_size)
+int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const char *extra,
+		     char **ret_text, size_t *ret_size)
 {
 	char *text = NULL;
 	size_t size = 0;
@@ -281,6 +288,9 @@ int api_metrics_text(const struct dormant_stats *stats, const char *extra, char 
 	if (!f)
 		return error_set(-ENOMEM, "out of host memory");
 	write_metrics(f, stats);
+	family(f, "dormant_faults_armed", "gauge",
+	       "1 when the fault switch (a test tool) makes sleeps and wakes fail on purpose.");
+	fprintf(f, "dormant_faults_armed %d\n", faults_armed ? 1 : 0);
 	if (extra && *extra) {
 		fputs(extra, f);
 		if (extra[strlen(extra) - 1] != '\n')

@@ -176,7 +176,7 @@ static void usage(FILE *f)
 	      "  --devices N         the same tensors on each of devices 0 to N-1 (sizes are\n"
 	      "                      per device), all moved by each transition; default 1\n"
 	      "  --backend NAME      auto, cuda or host; default auto\n"
-	      "  --host-mode MODE    retain or release; default the library's\n"
+	      "  --host-mode MODE    retain, release or reclaimable; default the library's\n"
 	      "  --chunk SIZE        physical chunk size (chunk_bytes); default the library's\n"
 	      "  --staging SIZE      pinned staging ring for host copies that stay unpinned\n"
 	      "                      (pinning failed, or DORMANT_PIN_HOST=0); default the library's\n"
@@ -300,8 +300,11 @@ static int options_parse(int argc, char **argv, struct options *o)
 				o->host_mode = DORMANT_HOST_RETAIN;
 			else if (strcmp(optarg, "release") == 0)
 				o->host_mode = DORMANT_HOST_RELEASE;
+			else if (strcmp(optarg, "reclaimable") == 0)
+				o->host_mode = DORMANT_HOST_RECLAIMABLE;
 			else {
-				fprintf(stderr, "dormant-bench: --host-mode must be retain or release\n");
+				fprintf(stderr, "dormant-bench: --host-mode must be retain, release or "
+						"reclaimable\n");
 				return -1;
 			}
 			break;

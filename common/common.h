@@ -41,6 +41,9 @@ int error_set(int err, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* Prepend context to the calling thread's current message: "ctx: old". */
 int error_prefix(int err, const char *fmt, ...) PRINTF_LIKE(2, 3);
 
+/* The calling thread's message (what dormant_last_error() returns). */
+const char *error_text(void);
+
 /* Forget the calling thread's message. */
 void error_clear(void);
 
@@ -65,6 +68,28 @@ int size_parse(const char *text, size_t *ret);
  * (then *shared_tmp, unless NULL, is true: a directory everyone may create,
  * whose owner must be checked). -ENAMETOOLONG when it does not fit in size. */
 int runtime_dir_name(const char *dir, char *ret, size_t size, bool *shared_tmp);
+
+/* Open the discovery directory path (no symbolic link) and check that it
+ * may be trusted: a directory owned by this process's effective user and
+ * writable by no one else (group or others), so that no other local user can
+ * plant, swap or remove records in it. Returns the directory's descriptor
+ * (O_CLOEXEC), or a negative errno with a message of one line naming path
+ * and the reason: -ENOENT, -ENOTDIR, -ELOOP (a link), -EPERM (another
+ * user's, or writable by others), or the errno of open(). */
+int runtime_dir_open(const char *path);
+
+/* Read record name of the directory dirfd into buf (at most size - 1 bytes,
+ * NUL-terminated), opened without following a link and without blocking (a
+ * FIFO never hangs the reader): it must be a regular file owned by this
+ * process's effective user, writable by no one else, at most size - 1
+ * bytes. Returns its length, or a negative errno with the reason as the
+ * message (without the path): -ENOENT (removed meanwhile), -ELOOP, -EPERM,
+ * -EINVAL (not a regular file), -EFBIG, or the errno of open() or read(). */
+long runtime_record_read(int dirfd, const char *name, char *buf, size_t size);
+
+/* Whether pid is a live process of this effective user that started at
+ * start_ticks (process_start_ticks()): pid 1 never is, nor a reused pid. */
+bool runtime_process_live(long long pid, long long start_ticks);
 
 /* The start time of process pid (0: this process) in clock ticks since boot,
  * field 22 of its /proc stat: with the pid it names a process even after the

@@ -47,6 +47,11 @@ int error_prefix(int err, const char *fmt, ...)
 	return err;
 }
 
+const char *error_text(void)
+{
+	return thread_error;
+}
+
 void error_clear(void)
 {
 	thread_error[0] = '\0';

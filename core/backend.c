@@ -46,8 +46,8 @@ int backend_fault_arm_on(struct backend *b, enum dormant_fault_op op, int device
 		return error_set(-EINVAL, "an injected error must be a negative errno");
 	if (device >= 0 && (device >= DORMANT_DEVICES_MAX || device >= b->ops->device_count(b)))
 		return error_set(-EINVAL, "no device %d to inject a fault on", device);
-	if (device >= 0 && op == DORMANT_FAULT_HOST_ALLOC)
-		return error_set(-EINVAL, "host allocations belong to no device");
+	if (device >= 0 && (op == DORMANT_FAULT_HOST_ALLOC || op == DORMANT_FAULT_DISK))
+		return error_set(-EINVAL, "host allocations and disk I/O belong to no device");
 	f = &b->faults[op];
 	atomic_store(&f->error, error);
 	atomic_store(&f->repeat, repeat);
@@ -66,7 +66,14 @@ int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth,
 
 int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device)
 {
-	static const char *const names[] = { "create", "map", "copy", "host allocation" };
+	static const char *const names[] = {
+		[DORMANT_FAULT_CREATE] = "create",
+		[DORMANT_FAULT_MAP] = "map",
+		[DORMANT_FAULT_COPY] = "copy",
+		[DORMANT_FAULT_HOST_ALLOC] = "host allocation",
+		[DORMANT_FAULT_DISK] = "disk",
+	};
+	_Static_assert(ARRAY_SIZE(names) == DORMANT_FAULT_OPS, "a name for every fault op");
 	struct fault *f = &b->faults[op];
 	uint64_t call = atomic_fetch_add(&f->calls, 1) + 1;
 	uint64_t target = atomic_load(&f->target);

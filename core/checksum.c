@@ -194,7 +194,8 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 		struct chunk *c = it->chunk;
 		uint64_t layout = checksum_plan_signature(&c->plan);
 
-		if (skip && c->retained && c->host.ptr && c->sum_layout == layout &&
+		if (skip && c->retained && c->host.ptr && !xfer_is_disk(it) &&
+		    c->sum_layout == layout &&
 		    checksum_equal(&c->sum, &bt.sums[i])) {
 			/* the host copy holds these very bytes: no copy */
 			r = engine_chunk_release(e, it->alloc, c);
@@ -240,22 +241,33 @@ static int mismatch_error(struct engine *e, struct xfer_item *it, const struct c
 	struct chunk *c = it->chunk;
 	size_t offset = c->va - (uintptr_t)it->alloc->ptr;
 	struct checksum host = { { 0, 0 } };
+	bool disk = xfer_is_disk(it);
+	const char *why;
 
-	for (size_t k = 0; k < c->plan.count; k++) {
-		const struct copy_run *run = &c->plan.runs[k];
-		struct checksum part = checksum_cpu((const char *)c->host.ptr + run->host_offset,
-						    run->size, run->offset);
+	if (disk) {
+		if (diskfile_checksum(&c->disk, &c->plan, &host) < 0)
+			host.lane[0] = ~device->lane[0]; /* unreadable: not the device's */
+	} else {
+		for (size_t k = 0; k < c->plan.count; k++) {
+			const struct copy_run *run = &c->plan.runs[k];
+			struct checksum part = checksum_cpu(
+				(const char *)c->host.ptr + run->host_offset, run->size, run->offset);
 
-		checksum_add(&host, &part);
+			checksum_add(&host, &part);
+		}
 	}
+	if (checksum_equal(&host, device))
+		why = disk ? "the disk copy changed after the sleep (its file was corrupted)"
+			   : "the host copy changed after the sleep";
+	else
+		why = disk ? "the bytes on the device differ from their disk copy"
+			   : "the bytes on the device differ from their host copy";
 	return error_set(-EIO,
 			 "checksum mismatch after the restore of tag '%s', allocation %p, chunk at "
-			 "offset %zu (%zu bytes kept of %zu): %s; the tag stays asleep with its host "
+			 "offset %zu (%zu bytes kept of %zu): %s; the tag stays asleep with its %s "
 			 "copy",
-			 it->tag->name, it->alloc->ptr, offset, c->plan.kept, c->size,
-			 checksum_equal(&host, device) ?
-				 "the host copy changed after the sleep" :
-				 "the bytes on the device differ from their host copy");
+			 it->tag->name, it->alloc->ptr, offset, c->plan.kept, c->size, why,
+			 disk ? "disk" : "host");
 	(void)e;
 }
 

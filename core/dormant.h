@@ -45,6 +45,8 @@ extern "C" {
 #define DORMANT_DEVICES_MAX 16
 /* Size of the message buffers in reports and stats. */
 #define DORMANT_ERROR_MAX 256
+/* Size of a path option's buffer (disk_dir), its terminating NUL included. */
+#define DORMANT_PATH_MAX 4096
 /* Number of finite buckets in a duration histogram. */
 #define DORMANT_HISTOGRAM_BUCKETS 14
 
@@ -56,6 +58,11 @@ enum dormant_policy {
 	/* No host copy; on wake zero-filled, then refilled by the tag's rebuild
 	 * callback (dormant_set_rebuild()) once the wake's KEEP memory is back. */
 	DORMANT_REBUILD = 2,
+	/* As DORMANT_KEEP, with the copy in a file of the disk directory instead
+	 * of host memory (dormant_set_disk_dir()): written from the pinned
+	 * staging ring while the device-to-host copies run, checksummed like a
+	 * host copy, read back on wake and removed after it. */
+	DORMANT_DISK = 3,
 };
 
 /* Where a per-allocation policy is asked for (dormant_alloc_policy(),
@@ -78,6 +85,11 @@ enum dormant_host_mode {
 	DORMANT_HOST_RETAIN,
 	/* Give host memory back after each wake: leanest. */
 	DORMANT_HOST_RELEASE,
+	/* After each wake, unpin the host buffers and hand them to the kernel
+	 * as reclaimable (MADV_FREE): still in RSS until taken, shown as
+	 * LazyFree in /proc/PID/smaps, taken when memory runs short; the next
+	 * sleep reuses what the kernel left, faulting in only the rest. */
+	DORMANT_HOST_RECLAIMABLE,
 };
 
 enum dormant_log_level {
@@ -105,8 +117,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *
  *   backend            auto|cuda|host  $DORMANT_BACKEND    auto: cuda when a
  *                      device is usable, else host
- *   host_mode          retain|release  $DORMANT_HOST_MODE  release (enum
- *                      dormant_host_mode)
+ *   host_mode          retain|release|reclaimable  $DORMANT_HOST_MODE
+ *                      release (enum dormant_host_mode)
  *   chunk_bytes        size   $DORMANT_CHUNK_BYTES  1GiB: largest physical
  *                      chunk of an allocation (rounded up to the granularity)
  *   guard_timeout_ms   int    30000: how long a sleep waits for training steps
@@ -123,11 +135,19 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   parallel_devices   bool   $DORMANT_PARALLEL_DEVICES  true
  *   wake_overlap       bool   $DORMANT_WAKE_OVERLAP  true: map ahead of copies
  *   wake_map_threads   int    $DORMANT_WAKE_MAP_THREADS  1 (1 to 8)
+ *   disk_dir           path   $DORMANT_DISK_DIR  $TMPDIR, else /tmp: where
+ *                      DORMANT_DISK copies go (dormant_set_disk_dir())
+ *   disk_chunk_bytes   size   $DORMANT_DISK_CHUNK_BYTES  64MiB: largest disk
+ *                      read or write (at most a staging slot: staging_bytes/4)
+ *   disk_names         bool   $DORMANT_DISK_NAMES  false: give disk copies a
+ *                      name in disk_dir while they exist (a crash then leaves
+ *                      them behind; unnamed files never outlive the process)
  *
  * dormant_option_name() and friends list them at run time with their docs
  * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
  * "256MiB", "1GiB" (also K, M, G, T, TiB; KB, MB, GB, TB are powers of ten).
- * Booleans are "true"/"false" (also 1/0, yes/no, on/off).
+ * Booleans are "true"/"false" (also 1/0, yes/no, on/off). Paths are absolute,
+ * at most DORMANT_PATH_MAX - 1 bytes.
  *
  * An options object is not thread-safe: do not change one while another
  * thread uses it. dormant_new() copies what it needs, so the object may be
@@ -211,7 +231,7 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m);
  * copy_threads as computed; backend as asked for, "auto" too:
  * dormant_backend_name() says which runs), into buf. Returns its length,
  * -EINVAL for an unknown name, -ENOSPC if buf is too small (64 bytes are
- * enough for every option today).
+ * enough for every option but a path: DORMANT_PATH_MAX is).
  */
 DORMANT_EXPORT int dormant_option_value(const struct dormant *m, const char *name, char *buf,
 					size_t size);
@@ -237,6 +257,15 @@ DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *tag,
 				      enum dormant_policy policy);
 
 /*
+ * Set the directory of DORMANT_DISK copies (the disk_dir option): the next
+ * sleep creates its files there. It must exist and be writable; a sleep
+ * into a full or read-only directory fails and rolls back, every byte still
+ * on the device. Copies made before stay where they are until their wake.
+ * Returns -EINVAL (NULL, not absolute, or DORMANT_PATH_MAX bytes or longer).
+ */
+DORMANT_EXPORT int dormant_set_disk_dir(struct dormant *m, const char *dir);
+
+/*
  * Allocate size bytes of device memory under tag, on the device current for
  * the calling thread (CUDA) or device 0 (host backend). The address stays the
  * same across every sleep and wake until dormant_free(). Memory is aligned to
@@ -257,7 +286,7 @@ DORMANT_EXPORT int dormant_alloc_on(struct dormant *m, const char *tag, size_t s
  * hold both kept and discarded memory, and a sleep or wake of the tag covers
  * both (DORMANT_KEEP memory is copied and restored, DORMANT_DISCARD memory is
  * released without a copy and zero-filled on wake). policy is DORMANT_KEEP,
- * DORMANT_DISCARD, or DORMANT_POLICY_TAG (what dormant_alloc() does: the
+ * DORMANT_DISCARD, DORMANT_DISK, or DORMANT_POLICY_TAG (what dormant_alloc() does: the
  * memory follows the tag's policy, also when dormant_set_policy() changes it
  * later; an allocation with a policy of its own keeps it whatever the tag's
  * becomes). Small allocations share slabs only with allocations of the same
@@ -431,14 +460,14 @@ DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
  * next failing call. */
 DORMANT_EXPORT const char *dormant_last_error(void);
 
-/* Constant strings: "keep"/"discard"/"rebuild",
+/* Constant strings: "keep"/"discard"/"rebuild"/"disk",
  * "awake"/"sleeping"/"asleep"/"waking", "retain"/"release". NULL for values
  * out of range. */
 DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy);
 DORMANT_EXPORT const char *dormant_state_name(enum dormant_state state);
 DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode);
 
-/* Parse "keep"/"discard"/"rebuild" into *ret. -EINVAL otherwise. */
+/* Parse "keep"/"discard"/"rebuild"/"disk" into *ret. -EINVAL otherwise. */
 DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_policy *ret);
 
 /* The library's version, "MAJOR.MINOR.PATCH": the Meson project version it
@@ -459,6 +488,7 @@ struct dormant_tag_stats {
 	uint64_t host_bytes;     /* host bytes held for this tag now */
 	uint64_t sleeps;         /* transitions that put it to sleep */
 	uint64_t wakes;          /* transitions that woke it */
+	uint64_t disk_bytes;     /* disk bytes held for this tag now (DORMANT_DISK) */
 };
 
 struct dormant_transition_stats {
@@ -538,6 +568,7 @@ struct dormant_stats {
 	 * duration histograms observe), each part on its own */
 	struct dormant_transition_times sleep_times_total;
 	struct dormant_transition_times wake_times_total;
+	uint64_t disk_bytes;            /* tag copies on disk (DORMANT_DISK) */
 };
 
 /*
@@ -654,7 +685,7 @@ DORMANT_EXPORT int dormant_set_thread_tag(const char *tag);
 DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size);
 
 /* Set the calling thread's policy for dormant_torch_malloc() allocations (see
- * dormant_alloc_policy()): DORMANT_KEEP, DORMANT_DISCARD or DORMANT_POLICY_TAG
+ * dormant_alloc_policy()): DORMANT_KEEP, DORMANT_DISCARD, DORMANT_DISK or DORMANT_POLICY_TAG
  * (the default: follow the tag). -EINVAL otherwise, the policy unchanged. */
 DORMANT_EXPORT int dormant_set_thread_policy(int policy);
 /* The calling thread's policy for dormant_torch_malloc(). Never fails. */
@@ -690,6 +721,51 @@ DORMANT_EXPORT int dormant_copy_to_host(struct dormant *m, void *dst, const void
 DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, const void *src,
 					  size_t size);
 
+/* ---- Host copies --------------------------------------------------------- */
+
+/*
+ * Where the host copy of [ptr, ptr + size), a range inside one DORMANT_KEEP
+ * allocation, lives now: for a tag asleep, what its sleep copied; for an
+ * awake tag, the copy that retain mode kept from the last wake (it holds
+ * what that wake restored, not what the device holds since). *ret_host then
+ * points at size bytes of host memory holding the range's bytes, owned by
+ * the manager: read it, do not write it, and do not use it after the tag's
+ * next wake or sleep, a change of host mode or a free of the allocation
+ * (in release mode a wake gives the copy back). The copy holds only live
+ * bytes, packed (dormant_mark_unused()): a range that crosses bytes it left
+ * out, or two chunks (two host buffers), is not in one piece.
+ * Returns -EINVAL (NULL argument, size 0, range not inside one allocation of
+ * m), -ENOENT (no host copy holds the range: the memory is not kept, its tag
+ * is awake without a retained copy, or is sleeping or waking), -ERANGE (the
+ * copy holds the range, not in one piece: dormant_host_backup_read() copies
+ * it). Thread-safe; holds the manager lock for the lookup only.
+ */
+DORMANT_EXPORT int dormant_host_backup(struct dormant *m, const void *ptr, size_t size,
+				       void **ret_host);
+
+/*
+ * Copy the host copy of [ptr, ptr + size) (as dormant_host_backup() finds
+ * it) into dst, size bytes of the caller's host memory. Bytes the copy left
+ * out (marked unused, a slab's free space) read as zero, as the next wake
+ * gives them. The same errors as dormant_host_backup() but -ERANGE; dst is
+ * untouched on failure. Holds the manager lock while it copies: a transition
+ * waits for it.
+ */
+DORMANT_EXPORT int dormant_host_backup_read(struct dormant *m, const void *ptr, size_t size,
+					    void *dst);
+
+/*
+ * Switch the host mode (enum dormant_host_mode) of a running manager:
+ * DORMANT_HOST_RETAIN, DORMANT_HOST_RELEASE or DORMANT_HOST_RECLAIMABLE
+ * (treated as release until its next wake). Takes effect at the next
+ * sleep or wake: switched to release, host copies retain mode kept are
+ * reused by the next sleep and given back by the wake after it; switched to
+ * retain, the next wake keeps its copies. dormant_host_mode() and stats say
+ * the new mode; dormant_option_value("host_mode") keeps the one m was
+ * created with. Returns -EINVAL (another mode), -EBUSY (a transition runs).
+ */
+DORMANT_EXPORT int dormant_set_host_mode(struct dormant *m, enum dormant_host_mode mode);
+
 /* ---- Testing and debugging ----------------------------------------------- */
 
 enum dormant_fault_op {
@@ -697,6 +773,7 @@ enum dormant_fault_op {
 	DORMANT_FAULT_MAP,        /* mapping at an address (cuMemMap) */
 	DORMANT_FAULT_COPY,       /* device<->host copy (cuMemcpy*Async) */
 	DORMANT_FAULT_HOST_ALLOC, /* host buffer allocation or pinning */
+	DORMANT_FAULT_DISK,       /* disk copy creation, write or read */
 	DORMANT_FAULT_OPS,
 };
 
@@ -757,7 +834,8 @@ DORMANT_EXPORT int dormant_debug_checksum(struct dormant *m, const void *device_
 /*
  * Flip bits (xor with mask, non-zero) of the host copy's byte that holds the
  * byte at device address device_ptr, of a tag asleep: a corrupted host copy,
- * for tests of verification (dormant_set_verify()). The same call again
+ * for tests of verification (dormant_set_verify()); for DORMANT_DISK memory
+ * the byte of its disk copy (a file corrupted while asleep). The same call again
  * restores the byte. -EINVAL (not managed, mask 0), -EBUSY (its tag is not
  * asleep), -ENOENT (no host copy holds that byte: not kept, marked unused).
  */

@@ -269,6 +269,17 @@ int plan_whole(struct copy_plan *p, size_t data_bytes)
 	return plan_compute(p, 0, data_bytes, NULL, 0, NULL);
 }
 
+size_t plan_align(struct copy_plan *p, size_t align)
+{
+	size_t end = 0;
+
+	for (size_t i = 0; i < p->count; i++) {
+		p->runs[i].host_offset = end;
+		end += round_up(p->runs[i].size, align);
+	}
+	return end;
+}
+
 void plan_finish(struct copy_plan *p)
 {
 	free(p->runs);

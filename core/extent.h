@@ -83,6 +83,9 @@ int plan_compute(struct copy_plan *p, size_t chunk_offset, size_t data_bytes,
 		 const struct extent *holes, size_t hole_count, const struct mark_set *marks);
 /* A plan that copies [0, data_bytes) whole. */
 int plan_whole(struct copy_plan *p, size_t data_bytes);
+/* Lay the runs out at multiples of align instead of packed (a disk copy,
+ * diskfile.h); returns the bytes the copy then takes. */
+size_t plan_align(struct copy_plan *p, size_t align);
 void plan_finish(struct copy_plan *p);
 
 /* Call fn for each range of [0, span) that the plan does not copy: what a

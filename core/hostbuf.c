@@ -31,6 +31,7 @@ int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret)
 	ret->ptr = ptr;
 	ret->size = mapped;
 	ret->pin_piece = 0;
+	ret->reclaimable = false;
 	return 0;
 }
 
@@ -54,6 +55,24 @@ int hostbuf_pin(struct backend *b, struct hostbuf *hb, size_t pin_piece)
 	}
 	hb->pin_piece = pin_piece;
 	return 0;
+}
+
+int hostbuf_make_reclaimable(struct backend *b, struct hostbuf *hb)
+{
+	if (hb->pin_piece)
+		unpin_pieces(b, hb->ptr, hb->size, hb->pin_piece);
+	hb->pin_piece = 0;
+	if (madvise(hb->ptr, hb->size, MADV_FREE) < 0)
+		return error_set(-errno, "handing %zu bytes of host memory to the kernel: %s",
+				 hb->size, strerror(errno));
+	hb->reclaimable = true;
+	return 0;
+}
+
+void hostbuf_reuse(struct workers *w, struct hostbuf *hb)
+{
+	hostbuf_touch(w, hb);
+	hb->reclaimable = false;
 }
 
 void hostbuf_free(struct backend *b, struct hostbuf *hb)

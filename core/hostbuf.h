@@ -28,6 +28,7 @@ struct hostbuf {
 	void *ptr;         /* NULL: no buffer */
 	size_t size;       /* bytes mapped */
 	size_t pin_piece;  /* 0: not pinned; else registered in pieces this big */
+	bool reclaimable;  /* unpinned and MADV_FREE: the kernel may have taken pages */
 };
 
 /* Allocate at least size bytes of ordinary host memory, not faulted in.
@@ -43,5 +44,15 @@ void hostbuf_touch(struct workers *w, struct hostbuf *hb);
 int hostbuf_pin(struct backend *b, struct hostbuf *hb, size_t pin_piece);
 /* Unpin and unmap; accepts an empty buffer, leaves it empty. */
 void hostbuf_free(struct backend *b, struct hostbuf *hb);
+
+/* Unpin hb and hand its pages to the kernel as reclaimable (MADV_FREE): a
+ * page it takes reads as zero afterwards, one it leaves keeps its bytes
+ * until written. The buffer stays mapped for reuse (hostbuf_reuse()).
+ * Returns -errno where the kernel has no MADV_FREE (the caller frees hb). */
+int hostbuf_make_reclaimable(struct backend *b, struct hostbuf *hb);
+
+/* Take a reclaimable buffer back: writing every page (hostbuf_touch())
+ * cancels the kernel's claim on those it left and faults in the others. */
+void hostbuf_reuse(struct workers *w, struct hostbuf *hb);
 
 #endif

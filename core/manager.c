@@ -27,6 +27,8 @@ DORMANT_EXPORT const char *dormant_policy_name(enum dormant_policy policy)
 		return "discard";
 	case DORMANT_REBUILD:
 		return "rebuild";
+	case DORMANT_DISK:
+		return "disk";
 	}
 	return NULL;
 }
@@ -55,6 +57,8 @@ DORMANT_EXPORT const char *dormant_host_mode_name(enum dormant_host_mode mode)
 		return "retain";
 	case DORMANT_HOST_RELEASE:
 		return "release";
+	case DORMANT_HOST_RECLAIMABLE:
+		return "reclaimable";
 	}
 	return NULL;
 }
@@ -67,9 +71,12 @@ DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_polic
 		*ret = DORMANT_DISCARD;
 	else if (name && strcmp(name, "rebuild") == 0)
 		*ret = DORMANT_REBUILD;
+	else if (name && strcmp(name, "disk") == 0)
+		*ret = DORMANT_DISK;
 	else
 		return error_set(-EINVAL,
-				 "policy must be \"keep\", \"discard\" or \"rebuild\", not \"%s\"",
+				 "policy must be \"keep\", \"discard\", \"rebuild\" or \"disk\", "
+				 "not \"%s\"",
 				 name ? name : "(null)");
 	return 0;
 }
@@ -94,14 +101,21 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		o.copy_threads = (int)MAX(1L, MIN(cpus, 8L));
 	}
+	if (!o.disk_dir[0]) {
+		const char *tmp = getenv("TMPDIR");
+
+		snprintf(o.disk_dir, sizeof(o.disk_dir), "%s",
+			 tmp && *tmp && strlen(tmp) < sizeof(o.disk_dir) ? tmp : "/tmp");
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return error_set(-ENOMEM, "out of host memory");
 	m->options = o;
 	m->log.fn = o.log_fn;
 	m->log.userdata = o.log_userdata;
-	m->host_mode = strcmp(o.host_mode, "retain") == 0 ? DORMANT_HOST_RETAIN
-							   : DORMANT_HOST_RELEASE;
+	m->host_mode = strcmp(o.host_mode, "retain") == 0	 ? DORMANT_HOST_RETAIN
+		       : strcmp(o.host_mode, "reclaimable") == 0 ? DORMANT_HOST_RECLAIMABLE
+								 : DORMANT_HOST_RELEASE;
 	m->chunk_bytes = o.chunk_bytes;
 	m->guard_timeout_ms = o.guard_timeout_ms;
 	m->healthy = true;
@@ -136,6 +150,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	 * as before the mapper, to compare), on how many threads */
 	m->engine.wake_overlap = o.wake_overlap;
 	m->engine.map_threads = (unsigned)o.wake_map_threads;
+	/* disk copies: the directory is copied in when a sleep starts */
+	m->engine.disk_chunk_bytes = o.disk_chunk_bytes;
+	m->engine.disk_names = o.disk_names;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -178,9 +195,32 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 DORMANT_EXPORT int dormant_option_value(const struct dormant *m, const char *name, char *buf,
 					size_t size)
 {
+	pthread_mutex_t *lock;
+	int r;
+
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
-	return options_format(&m->options, name, buf, size);
+	/* disk_dir changes at run time (dormant_set_disk_dir()), under the lock */
+	lock = (pthread_mutex_t *)&m->lock;
+	pthread_mutex_lock(lock);
+	r = options_format(&m->options, name, buf, size);
+	pthread_mutex_unlock(lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_set_disk_dir(struct dormant *m, const char *dir)
+{
+	if (!m || !dir)
+		return error_set(-EINVAL, "%s is NULL", m ? "the directory" : "the manager");
+	if (dir[0] != '/')
+		return error_set(-EINVAL, "'%.64s' is not an absolute path", dir);
+	if (strlen(dir) >= sizeof(m->options.disk_dir))
+		return error_set(-EINVAL, "the directory is longer than %d bytes",
+				 DORMANT_PATH_MAX - 1);
+	pthread_mutex_lock(&m->lock);
+	snprintf(m->options.disk_dir, sizeof(m->options.disk_dir), "%s", dir);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
 }
 
 DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m)
@@ -631,7 +671,8 @@ err_free:
 
 static bool alloc_policy_valid(int policy)
 {
-	return policy == DORMANT_KEEP || policy == DORMANT_DISCARD || policy == DORMANT_POLICY_TAG;
+	return policy == DORMANT_KEEP || policy == DORMANT_DISCARD || policy == DORMANT_DISK ||
+	       policy == DORMANT_POLICY_TAG;
 }
 
 DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int policy,
@@ -650,9 +691,10 @@ DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int
 		return error_set(-EINVAL, "cannot allocate 0 bytes");
 	if (!alloc_policy_valid(policy))
 		return error_set(-EINVAL,
-				 "an allocation's policy must be keep (%d), discard (%d) or the "
-				 "tag's (%d), not %d",
-				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_POLICY_TAG, policy);
+				 "an allocation's policy must be keep (%d), discard (%d), disk (%d) "
+				 "or the tag's (%d), not %d",
+				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_DISK, DORMANT_POLICY_TAG,
+				 policy);
 	if (device < 0 || device >= m->backend->ops->device_count(m->backend))
 		return error_set(-ENODEV, "no device %d", device);
 
@@ -824,12 +866,14 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 		ts->reserved_bytes = tag->reserved_bytes;
 		ts->device_bytes = atomic_load(&tag->device_bytes);
 		ts->host_bytes = atomic_load(&tag->host_bytes);
+		ts->disk_bytes = atomic_load(&tag->disk_bytes);
 		ts->sleeps = tag->sleeps;
 		ts->wakes = tag->wakes;
 		ret->allocations += ts->allocations;
 		ret->bytes += ts->bytes;
 		ret->device_bytes += ts->device_bytes;
 		ret->host_bytes += ts->host_bytes;
+		ret->disk_bytes += ts->disk_bytes;
 	}
 	ret->sleeps_ok = m->sleeps_ok;
 	ret->sleeps_failed = m->sleeps_failed;

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "checksum.h"
+#include "diskfile.h"
 #include "dormant.h"
 #include "extent.h"
 #include "hostbuf.h"
@@ -24,9 +25,10 @@ struct chunk {
 	size_t data_bytes;  /* bytes of the allocation inside it */
 	uint64_t handle;    /* physical memory while mapped */
 	bool mapped;
-	bool host_valid;    /* host.ptr holds this chunk's runs (plan) */
+	bool host_valid;    /* host.ptr (DORMANT_DISK: disk) holds this chunk's runs (plan) */
 	struct copy_plan plan; /* what the host copy holds (extent.h) */
 	struct hostbuf host;
+	struct diskfile disk; /* DORMANT_DISK: the copy's file (host unused) */
 	/* checksum.h, verify.h: the hash of the runs as the last sleep found
 	 * them (sum_valid), under the layout sum_layout; retained: the host
 	 * copy still holds what the last wake restored (retain mode) */
@@ -79,6 +81,7 @@ struct tag {
 	uint64_t reserved_bytes;
 	_Atomic uint64_t device_bytes;
 	_Atomic uint64_t host_bytes;
+	_Atomic uint64_t disk_bytes;
 	uint64_t sleeps, wakes;
 	dormant_rebuild_fn rebuild_fn; /* DORMANT_REBUILD: refills it on wake */
 	void *rebuild_userdata;
@@ -98,7 +101,8 @@ struct dormant {
 	struct logger log;
 	struct workers *workers;
 	struct engine engine;
-	enum dormant_host_mode host_mode;
+	/* dormant_set_host_mode() changes it between transitions */
+	_Atomic enum dormant_host_mode host_mode;
 	size_t chunk_bytes;
 	int guard_timeout_ms;
 	size_t granularity[DORMANT_DEVICES_MAX]; /* 0 until first asked */

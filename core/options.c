@@ -21,6 +21,7 @@ enum option_type {
 	OPTION_SIZE,
 	OPTION_INT,
 	OPTION_BOOL,
+	OPTION_PATH,
 };
 
 static const char *const type_names[] = {
@@ -28,7 +29,9 @@ static const char *const type_names[] = {
 	[OPTION_SIZE] = "size",
 	[OPTION_INT] = "int",
 	[OPTION_BOOL] = "bool",
+	[OPTION_PATH] = "path",
 };
+_Static_assert(ARRAY_SIZE(type_names) == OPTION_PATH + 1, "a name for every option type");
 
 struct option {
 	const char *name;
@@ -61,9 +64,11 @@ static const struct option options[] = {
 	},
 	{
 		.name = "host_mode", .type = OPTION_ENUM, .offset = FIELD(host_mode),
-		.default_value = "release", .env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release"),
+		.default_value = "release", .env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release", "reclaimable"),
 		.doc = "host memory of kept tags: retain keeps pinned buffers across cycles "
-		       "(fastest), release gives it back after each wake (leanest)",
+		       "(fastest), release gives it back after each wake (leanest), "
+		       "reclaimable unpins them after each wake for the kernel to take "
+		       "(MADV_FREE) and reuses what it left at the next sleep",
 	},
 	{
 		.name = "chunk_bytes", .type = OPTION_SIZE, .offset = FIELD(chunk_bytes),
@@ -138,6 +143,25 @@ static const struct option options[] = {
 		.name = "wake_map_threads", .type = OPTION_INT, .offset = FIELD(wake_map_threads),
 		.default_value = "1", .env = "DORMANT_WAKE_MAP_THREADS", .min = 1, .max = 8,
 		.doc = "threads that map a wake's chunks ahead of the copies",
+	},
+	{
+		.name = "disk_dir", .type = OPTION_PATH, .offset = FIELD(disk_dir),
+		.default_doc = "$TMPDIR, else /tmp", .env = "DORMANT_DISK_DIR",
+		.doc = "directory of the disk copies of tags with policy disk "
+		       "(dormant_set_disk_dir() changes it later)",
+	},
+	{
+		.name = "disk_chunk_bytes", .type = OPTION_SIZE, .offset = FIELD(disk_chunk_bytes),
+		.default_value = "64MiB", .env = "DORMANT_DISK_CHUNK_BYTES", .min = 4096,
+		.multiple = 4096,
+		.doc = "largest single read or write of a disk copy (at most a staging slot, "
+		       "staging_bytes / 4)",
+	},
+	{
+		.name = "disk_names", .type = OPTION_BOOL, .offset = FIELD(disk_names),
+		.default_value = "false", .env = "DORMANT_DISK_NAMES",
+		.doc = "give disk copies a name in disk_dir while they exist (a crash leaves "
+		       "them behind; unnamed ones never outlive the process)",
 	},
 };
 
@@ -256,6 +280,14 @@ static int option_parse(const struct option *opt, const char *text, struct dorma
 			return r;
 		*(bool *)field = b;
 		return 0;
+	case OPTION_PATH:
+		if (text[0] != '/')
+			return error_set(-EINVAL, "'%.64s' is not an absolute path", text);
+		if (strlen(text) >= DORMANT_PATH_MAX)
+			return error_set(-EINVAL, "the path is longer than %d bytes",
+					 DORMANT_PATH_MAX - 1);
+		snprintf(field, DORMANT_PATH_MAX, "%s", text);
+		return 0;
 	}
 	return error_set(-EINVAL, "option %s has an unknown type", opt->name);
 }
@@ -271,6 +303,8 @@ static size_t field_size(enum option_type type)
 		return sizeof(int);
 	case OPTION_BOOL:
 		return sizeof(bool);
+	case OPTION_PATH:
+		return DORMANT_PATH_MAX;
 	}
 	return 0;
 }
@@ -510,6 +544,9 @@ int options_format(const struct dormant_options *o, const char *name, char *buf,
 		break;
 	case OPTION_BOOL:
 		n = snprintf(buf, size, "%s", *(const bool *)field ? "true" : "false");
+		break;
+	case OPTION_PATH:
+		n = snprintf(buf, size, "%s", field);
 		break;
 	}
 	if (n < 0 || (size_t)n >= size)

@@ -12,7 +12,8 @@
 /* Adding an option: a field here and a row in options.c's table (the row
  * names the field, its type, default, environment variable and doc line).
  * Field types by option type: enum -> const char * (one of the row's static
- * values), string -> char * (owned), size -> size_t, int -> int, bool -> bool. */
+ * values), path -> char[DORMANT_PATH_MAX] (inline: copied with the struct),
+ * size -> size_t, int -> int, bool -> bool. */
 struct dormant_options {
 	const char *backend;
 	const char *host_mode;
@@ -29,6 +30,9 @@ struct dormant_options {
 	bool parallel_devices;
 	bool wake_overlap;
 	int wake_map_threads;
+	char disk_dir[DORMANT_PATH_MAX]; /* "" after options_resolve(): $TMPDIR or /tmp */
+	size_t disk_chunk_bytes;
+	bool disk_names;
 
 	dormant_log_fn log_fn;
 	void *log_userdata;

@@ -16,14 +16,24 @@ static int complete_oldest(struct pipeline *p)
 	p->head = (p->head + 1) % ENGINE_WINDOW;
 	p->count--;
 	r = e->backend->ops->event_wait(e->backend, p->device, event);
+	if (r < 0) {
+		if (f.slot >= 0)
+			p->slot_busy[f.slot] = false;
+		return error_prefix(r, "waiting for a copy on device %d", p->device);
+	}
 	if (f.slot >= 0) {
-		if (r == 0 && p->to_host)
+		if (p->to_host && xfer_is_disk(f.item))
+			/* whole blocks: the slot's tail past length is padding */
+			r = diskfile_write(e->backend, &f.item->chunk->disk,
+					   staging_slot(p->ed, f.slot),
+					   round_up(f.length, DISKFILE_ALIGN), f.host_offset);
+		else if (p->to_host)
 			workers_memcpy(e->workers, (char *)f.item->chunk->host.ptr + f.host_offset,
 				       staging_slot(p->ed, f.slot), f.length);
 		p->slot_busy[f.slot] = false;
+		if (r < 0)
+			return error_prefix(r, "tag '%s'", f.item->tag->name);
 	}
-	if (r < 0)
-		return error_prefix(r, "waiting for a copy on device %d", p->device);
 	if (p->to_host && f.last) {
 		struct xfer_item *it = f.item;
 
@@ -88,12 +98,13 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 {
 	struct engine *e = p->e;
 	struct chunk *c = it->chunk;
-	char *host = (char *)c->host.ptr + host_offset;
+	bool disk = xfer_is_disk(it);
+	char *host = disk ? NULL : (char *)c->host.ptr + host_offset;
 	uintptr_t dev = c->va + offset;
 	unsigned index;
 	int slot = -1, r;
 
-	if (!c->host.pin_piece) {
+	if (disk || !c->host.pin_piece) {
 		slot = free_slot(p);
 		if (slot < 0)
 			return slot;
@@ -105,8 +116,16 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 	}
 	if (slot >= 0) {
 		p->slot_busy[slot] = true;
-		if (!p->to_host)
+		r = 0;
+		if (!p->to_host && disk)
+			r = diskfile_read(e->backend, &c->disk, staging_slot(p->ed, slot),
+					  round_up(length, DISKFILE_ALIGN), host_offset);
+		else if (!p->to_host)
 			workers_memcpy(e->workers, staging_slot(p->ed, slot), host, length);
+		if (r < 0) {
+			p->slot_busy[slot] = false;
+			return error_prefix(r, "tag '%s'", it->tag->name);
+		}
 		host = staging_slot(p->ed, slot);
 	}
 	index = (p->head + p->count) % ENGINE_WINDOW;
@@ -138,16 +157,22 @@ int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
 	const struct copy_plan *plan = &c->plan;
-	size_t piece = c->host.pin_piece ? c->host.pin_piece : p->ed->slot_bytes;
+	/* pinned: up to the pin piece's end; else a slot, and for a disk copy
+	 * at most disk_chunk_bytes (whole blocks, so each piece of a run
+	 * starts on a block of its file) */
+	bool pinned = !xfer_is_disk(it) && c->host.pin_piece;
+	size_t piece = pinned ? c->host.pin_piece : p->ed->slot_bytes;
 	int r;
 
+	if (xfer_is_disk(it))
+		piece = MAX(MIN(piece, p->e->disk_chunk_bytes) / DISKFILE_ALIGN * DISKFILE_ALIGN,
+			    (size_t)DISKFILE_ALIGN);
 	for (size_t i = 0; i < plan->count; i++) {
 		const struct copy_run *run = &plan->runs[i];
 
 		for (size_t done = 0; done < run->size;) {
 			size_t host = run->host_offset + done;
-			size_t len = MIN(run->size - done, c->host.pin_piece ? piece - host % piece
-									      : piece);
+			size_t len = MIN(run->size - done, pinned ? piece - host % piece : piece);
 
 			done += len;
 			r = issue_piece(p, it, run->offset + done - len, host, len,

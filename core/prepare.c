@@ -8,15 +8,21 @@
 
 #include "manager.h"
 
-/* A buffer of the plan's size: a kept one (retain mode) serves while it is
- * large enough and not much larger (host memory stays near the live bytes). */
-static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
+/* A buffer kept from an earlier cycle serves while it is large enough and
+ * not much larger (host memory stays near the live bytes). */
+static bool host_buffer_fits(const struct chunk *c)
 {
 	size_t want = round_up(c->plan.kept, 4096);
 
-	return !c->host.ptr || c->host.size < want ||
-	       c->host.size - want > MAX(c->host.size / 4, HOSTBUF_SLACK_BYTES) ||
-	       (e->pin_host && !c->host.pin_piece);
+	return c->host.ptr && c->host.size >= want &&
+	       c->host.size - want <= MAX(c->host.size / 4, HOSTBUF_SLACK_BYTES);
+}
+
+/* A buffer of the plan's size, pinned where the engine pins, and not one the
+ * kernel may have taken pages of (host mode reclaimable). */
+static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
+{
+	return !host_buffer_fits(c) || c->host.reclaimable || (e->pin_host && !c->host.pin_piece);
 }
 
 /* Stage one: a buffer of the right size, faulted in. */
@@ -26,11 +32,20 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 	double start = now_monotonic_s();
 	int r;
 
+	if (c->host.reclaimable && host_buffer_fits(c)) {
+		/* host mode reclaimable: only the pages the kernel took fault */
+		engine_account_host(it->tag, (int64_t)c->host.size);
+		hostbuf_reuse(e->workers, &c->host);
+		engine_time_add(&e->host_prep_ns, start);
+		return 0;
+	}
 	if (c->host.ptr) { /* grown since its last sleep, or left unpinned */
 		size_t size = c->host.size;
+		bool counted = !c->host.reclaimable;
 
 		hostbuf_free(e->backend, &c->host);
-		engine_account_host(it->tag, -(int64_t)size);
+		if (counted)
+			engine_account_host(it->tag, -(int64_t)size);
 	}
 	r = hostbuf_alloc(e->backend, c->plan.kept, &c->host);
 	if (r < 0) {
@@ -128,7 +143,8 @@ int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 
-		if (it->alloc->device == d && xfer_is_keep(it) && it->chunk->mapped &&
+		if (it->alloc->device == d && xfer_is_keep(it) && !xfer_is_disk(it) &&
+		    it->chunk->mapped &&
 		    it->chunk->plan.kept && needs_host_buffer(e, it->chunk))
 			p->queue[p->count++] = it;
 	}

@@ -57,11 +57,13 @@ DORMANT_EXPORT int dormant_get_thread_tag(char *buf, size_t size)
 
 DORMANT_EXPORT int dormant_set_thread_policy(int policy)
 {
-	if (policy != DORMANT_KEEP && policy != DORMANT_DISCARD && policy != DORMANT_POLICY_TAG)
+	if (policy != DORMANT_KEEP && policy != DORMANT_DISCARD && policy != DORMANT_DISK &&
+	    policy != DORMANT_POLICY_TAG)
 		return error_set(-EINVAL,
-				 "a thread's policy must be keep (%d), discard (%d) or the tag's "
-				 "(%d), not %d",
-				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_POLICY_TAG, policy);
+				 "a thread's policy must be keep (%d), discard (%d), disk (%d) or "
+				 "the tag's (%d), not %d",
+				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_DISK, DORMANT_POLICY_TAG,
+				 policy);
 	thread_policy = policy;
 	return 0;
 }

@@ -29,6 +29,44 @@ void engine_account_host(struct tag *tag, int64_t delta)
 	atomic_fetch_add(&tag->host_bytes, (uint64_t)delta);
 }
 
+void engine_account_disk(struct tag *tag, int64_t delta)
+{
+	atomic_fetch_add(&tag->disk_bytes, (uint64_t)delta);
+}
+
+/* ---- disk copies --------------------------------------------------------- */
+
+/* A file for a DORMANT_DISK chunk's copy (its plan laid out in blocks), in
+ * the directory this sleep uses; the staging ring its pieces go through. */
+static int disk_ready(struct engine *e, int d, struct xfer_item *it)
+{
+	struct chunk *c = it->chunk;
+	uint64_t size = plan_align(&c->plan, DISKFILE_ALIGN);
+	int r;
+
+	if (c->disk.open) { /* none should be left; never reuse one */
+		engine_account_disk(it->tag, -(int64_t)c->disk.size);
+		diskfile_close(&c->disk);
+	}
+	r = staging_ready(e, d);
+	if (r < 0)
+		return r;
+	r = diskfile_create(e->backend, e->disk_dir, size, e->disk_names, &c->disk);
+	if (r < 0)
+		return error_prefix(r, "tag '%s'", it->tag->name);
+	engine_account_disk(it->tag, (int64_t)c->disk.size);
+	return 0;
+}
+
+/* Remove a chunk's disk copy (the file goes with its descriptor). */
+static void disk_release(struct tag *tag, struct chunk *c)
+{
+	if (!c->disk.open)
+		return;
+	engine_account_disk(tag, -(int64_t)c->disk.size);
+	diskfile_close(&c->disk);
+}
+
 /* ---- per-device resources ------------------------------------------------ */
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
@@ -152,6 +190,11 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 
 	c->host_valid = false;
 	c->retained = false;
+	if (c->host.reclaimable) {
+		/* counted again, as every buffer freed is */
+		engine_account_host(tag, (int64_t)c->host.size);
+		c->host.reclaimable = false;
+	}
 	if (!job) {
 		size_t size = c->host.size;
 
@@ -166,6 +209,32 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	workers_submit(e->workers, deferred_free_run, job);
 }
 
+/* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
+ * take (not counted as host memory held); the next sleep reuses it. */
+static void host_reclaim(struct engine *e, struct tag *tag, struct chunk *c)
+{
+	c->host_valid = false;
+	c->retained = false;
+	if (hostbuf_make_reclaimable(e->backend, &c->host) < 0) {
+		log_write(&e->log, DORMANT_LOG_WARNING, "host copy freed instead: %s",
+			  dormant_last_error());
+		host_release(e, tag, c);
+		return;
+	}
+	engine_account_host(tag, -(int64_t)c->host.size);
+}
+
+/* A host copy no wake needs any more, as the host mode says. */
+static void host_done(struct engine *e, struct tag *tag, struct chunk *c)
+{
+	if (!c->host.ptr || c->host.reclaimable)
+		return;
+	if (e->mode == DORMANT_HOST_RELEASE)
+		host_release(e, tag, c);
+	else if (e->mode == DORMANT_HOST_RECLAIMABLE)
+		host_reclaim(e, tag, c);
+}
+
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 {
 	if (c->mapped && engine_chunk_release(e, a, c) < 0)
@@ -173,10 +242,13 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 			  dormant_last_error());
 	if (c->host.ptr) {
 		size_t size = c->host.size;
+		bool counted = !c->host.reclaimable;
 
 		hostbuf_free(e->backend, &c->host);
-		engine_account_host(a->tag, -(int64_t)size);
+		if (counted)
+			engine_account_host(a->tag, -(int64_t)size);
 	}
+	disk_release(a->tag, c);
 	c->host_valid = false;
 	c->retained = false;
 }
@@ -507,18 +579,23 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			/* a retained host copy would hold nothing now */
 			if (c->host.ptr)
 				host_release(e, it->tag, c);
+			disk_release(it->tag, c);
 			continue;
 		}
-		wait = now_monotonic_s();
-		r = prep_wait(&prep, it);
-		t->times.host_wait_s += now_monotonic_s() - wait;
+		if (xfer_is_disk(it)) {
+			/* kept in host memory before its policy became disk */
+			if (c->host.ptr)
+				host_release(e, it->tag, c);
+			r = disk_ready(e, d, it);
+		} else {
+			wait = now_monotonic_s();
+			r = prep_wait(&prep, it);
+			t->times.host_wait_s += now_monotonic_s() - wait;
+			if (r == 0 && !c->host.pin_piece)
+				r = staging_ready(e, d);
+		}
 		if (r < 0)
 			goto err;
-		if (!c->host.pin_piece) {
-			r = staging_ready(e, d);
-			if (r < 0)
-				goto err;
-		}
 		r = pipeline_issue_chunk(&p, it);
 		if (r < 0)
 			goto err;
@@ -590,8 +667,8 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 
 		if (c->mapped) {
 			c->host_valid = false;
-			if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-				host_release(e, items[i].tag, c);
+			host_done(e, items[i].tag, c);
+			disk_release(items[i].tag, c);
 		}
 	}
 	return r;
@@ -835,8 +912,9 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 			continue;
 		checksum_commit(e, it);
 		c->host_valid = false;
-		if (c->host.ptr && e->mode == DORMANT_HOST_RELEASE)
-			host_release(e, it->tag, c);
+		host_done(e, it->tag, c);
+		/* a disk copy is never kept: its file goes, retain mode or not */
+		disk_release(it->tag, c);
 	}
 }
 

@@ -21,6 +21,10 @@
  *    chunks' host copies do not hold on a second stream, copy the KEEP runs
  *    back, synchronize.
  *
+ * DORMANT_DISK chunks go to files (diskfile.h) instead: each piece is copied
+ * into a staging slot and written from there while the next pieces' copies
+ * run, and read back into a slot on wake ahead of its copy to the device.
+ *
  * Host copies live in pinned buffers, copied straight over PCIe both ways;
  * a sleep that needs fresh ones has two threads fault them in and register
  * them ahead of the copies (retain mode keeps them between cycles, release
@@ -83,6 +87,12 @@ struct engine {
 	bool skip_unchanged;          /* retain mode: release unchanged chunks uncopied */
 	_Atomic bool checksum_warned; /* said once that the backend cannot hash */
 	bool wake_overlap; /* wake: map chunks on a thread while earlier ones copy */
+	/* DORMANT_DISK copies (diskfile.h): the directory, copied from the
+	 * manager's when a sleep starts (only sleeps create files), the
+	 * largest read or write, whether files get names */
+	char disk_dir[DORMANT_PATH_MAX];
+	size_t disk_chunk_bytes;
+	bool disk_names;
 	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
 	/* time spent in these calls, on any thread (dormant_transition_times) */
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
@@ -131,9 +141,15 @@ void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c);
 
 /* For the engine's modules (pipeline.c, prepare.c): */
+/* Kept: copied on sleep and restored on wake, to host memory or disk. */
 static inline bool xfer_is_keep(const struct xfer_item *it)
 {
-	return it->policy == DORMANT_KEEP;
+	return it->policy == DORMANT_KEEP || it->policy == DORMANT_DISK;
+}
+/* Kept on disk (diskfile.h): through the staging ring, never a host buffer. */
+static inline bool xfer_is_disk(const struct xfer_item *it)
+{
+	return it->policy == DORMANT_DISK;
 }
 /* Unmap and release a mapped chunk, with accounting. */
 int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c);
@@ -146,5 +162,7 @@ static inline void engine_time_add(_Atomic uint64_t *ns, double start)
 void engine_account_device(struct engine *e, struct alloc *a, int64_t delta);
 /* Count host bytes held for a tag. */
 void engine_account_host(struct tag *tag, int64_t delta);
+/* Count disk bytes held for a tag. */
+void engine_account_disk(struct tag *tag, int64_t delta);
 
 #endif

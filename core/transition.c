@@ -93,7 +93,9 @@ static int plan_chunks(struct transition *t)
 {
 	for (size_t i = 0; i < t->tag_count; i++)
 		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next) {
-			if (alloc_policy(a) != DORMANT_KEEP)
+			enum dormant_policy policy = alloc_policy(a);
+
+			if (policy != DORMANT_KEEP && policy != DORMANT_DISK)
 				continue;
 			for (size_t c = 0; c < a->chunk_count; c++) {
 				int r;
@@ -104,6 +106,9 @@ static int plan_chunks(struct transition *t)
 				if (r < 0)
 					return error_prefix(r, "planning the copy of tag '%s'",
 							    t->tags[i]->name);
+				/* whole blocks, for O_DIRECT (diskfile.h) */
+				if (policy == DORMANT_DISK)
+					plan_align(&a->chunks[c].plan, DISKFILE_ALIGN);
 			}
 		}
 	return 0;
@@ -427,6 +432,9 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 
 	pthread_mutex_lock(&m->lock);
 	r = collect_items(&t);
+	/* where this sleep's disk copies go (dormant_set_disk_dir()) */
+	if (sleep)
+		memcpy(m->engine.disk_dir, m->options.disk_dir, sizeof(m->engine.disk_dir));
 	pthread_mutex_unlock(&m->lock);
 	if (r < 0) {
 		t.tag_count = 0;

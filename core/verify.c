@@ -101,12 +101,17 @@ DORMANT_EXPORT int dormant_debug_corrupt_host(struct dormant *m, const void *dev
 			const struct copy_run *run = &c->plan.runs[k];
 			size_t off = p - c->va;
 
-			if (off >= run->offset && off < run->offset + run->size) {
-				((unsigned char *)c->host.ptr)[run->host_offset + off - run->offset] ^=
-					mask;
+			size_t pos = run->host_offset + off - run->offset;
+
+			if (off < run->offset || off >= run->offset + run->size)
+				continue;
+			if (c->disk.open) { /* DORMANT_DISK: a file corrupted while asleep */
+				r = diskfile_xor_byte(&c->disk, pos, mask);
+			} else {
+				((unsigned char *)c->host.ptr)[pos] ^= mask;
 				r = 0;
-				break;
 			}
+			break;
 		}
 	}
 	if (r == -ENOENT)

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,20 +40,6 @@ struct record {
 	long long pid, rank, local_rank; /* -1: unknown */
 };
 
-/* Whether the process that wrote the record is gone. */
-static bool record_stale(long long pid, json_t *start_ticks)
-{
-	long long ticks;
-
-	if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
-		return true;
-	if (!json_is_integer(start_ticks))
-		return false;
-	ticks = process_start_ticks(pid);
-	/* the pid was reused by another process */
-	return ticks > 0 && ticks != json_integer_value(start_ticks);
-}
-
 static long long optional_integer(json_t *doc, const char *key, bool *bad)
 {
 	json_t *v = json_object_get(doc, key);
@@ -69,41 +54,40 @@ static long long optional_integer(json_t *doc, const char *key, bool *bad)
 }
 
 /*
- * Read one record. Returns 1 (added to *ret), 0 (skipped: stale, or another
- * role), or -EINVAL with err saying what is wrong with the file.
+ * Read one record. Returns 1 (added to *ret), 0 (skipped: stale, of another
+ * role, removed meanwhile, or not a record: then *ret_why says why), or
+ * -ENOMEM.
  */
-static int record_read(const char *dir, const char *name, const char *role, struct record *ret,
-		       bool *ret_stale, char *err, size_t err_size)
+static int record_read(int dirfd, const char *name, const char *role, struct record *ret,
+		       bool *ret_stale, char *why_buf, size_t why_size, const char **ret_why)
 {
-	char path[PATH_MAX + 256], text[CTL_RECORD_MAX + 1];
+	char text[CTL_RECORD_MAX + 2];
 	json_error_t error;
 	json_t *doc, *v;
 	const char *url, *why = NULL;
 	bool bad = false;
-	size_t len;
-	FILE *f;
+	long long ticks = -1;
+	long len;
 	int r = 0;
 
 	*ret_stale = false;
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "re");
-	if (!f) {
-		/* removed between the listing and now: its server stopped */
-		if (errno == ENOENT)
-			return 0;
-		return fail(err, err_size, -EINVAL, "%s: %s", path, strerror(errno));
+	*ret_why = NULL;
+	/* the common rules: a regular file of this user, no link, no FIFO */
+	len = runtime_record_read(dirfd, name, text, CTL_RECORD_MAX + 1);
+	if (len == -ENOENT)
+		return 0; /* removed between the listing and now: its server stopped */
+	if (len < 0) {
+		snprintf(why_buf, why_size, "%s", error_text());
+		*ret_why = why_buf;
+		return 0;
 	}
-	len = fread(text, 1, sizeof(text), f);
-	fclose(f);
-	if (len > CTL_RECORD_MAX)
-		return fail(err, err_size, -EINVAL,
-			    "%s: not a dormant discovery record (larger than %d bytes)", path,
-			    CTL_RECORD_MAX);
-	doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &error);
-	if (!doc)
-		return fail(err, err_size, -EINVAL,
-			    "%s: not a dormant discovery record (malformed JSON at byte %d: %s)",
-			    path, error.position, error.text);
+	doc = json_loadb(text, (size_t)len, JSON_REJECT_DUPLICATES, &error);
+	if (!doc) {
+		snprintf(why_buf, why_size, "malformed JSON at byte %d: %s", error.position,
+			 error.text);
+		*ret_why = why_buf;
+		return 0;
+	}
 	v = json_object_get(doc, "version");
 	url = json_string_value(json_object_get(doc, "url"));
 	if (!json_is_object(doc))
@@ -125,17 +109,19 @@ static int record_read(const char *dir, const char *name, const char *role, stru
 	if (!why) {
 		ret->rank = optional_integer(doc, "rank", &bad);
 		ret->local_rank = optional_integer(doc, "local_rank", &bad);
-		optional_integer(doc, "start_ticks", &bad);
+		ticks = optional_integer(doc, "start_ticks", &bad);
 		if (bad)
 			why = "\"rank\", \"local_rank\" or \"start_ticks\" is not a whole number or null";
 	}
 	if (why) {
-		r = fail(err, err_size, -EINVAL, "%s: not a dormant discovery record (%s)", path,
-			 why);
+		snprintf(why_buf, why_size, "%s", why);
+		*ret_why = why_buf;
 		goto out;
 	}
 	ret->pid = json_integer_value(json_object_get(doc, "pid"));
-	if (record_stale(ret->pid, json_object_get(doc, "start_ticks"))) {
+	/* live: a process of this user that started when the record says
+	 * (pid 1, a reused pid, a record without its start time never are) */
+	if (!runtime_process_live(ret->pid, ticks)) {
 		*ret_stale = true;
 		goto out;
 	}
@@ -147,7 +133,7 @@ static int record_read(const char *dir, const char *name, const char *role, stru
 	if (!ret->file || !ret->url) {
 		free(ret->file);
 		free(ret->url);
-		r = fail(err, err_size, -ENOMEM, "out of memory");
+		r = -ENOMEM;
 		goto out;
 	}
 	r = 1;
@@ -181,24 +167,33 @@ static bool is_record_name(const char *name)
 }
 
 int ctl_endpoints_add_discovered(struct ctl_endpoints *list, const char *dir, const char *role,
-				 size_t *ret_stale, char *err, size_t err_size)
+				 ctl_warn_fn warn, void *userdata, size_t *ret_stale,
+				 size_t *ret_skipped, char *err, size_t err_size)
 {
 	char directory[PATH_MAX];
 	struct record *records = NULL, *grown;
-	size_t count = 0, capacity = 0, stale = 0;
+	size_t count = 0, capacity = 0, stale = 0, skipped = 0;
 	struct dirent *entry;
 	DIR *d;
-	int r, added = 0;
+	int r, fd, added = 0;
 
 	r = ctl_discovery_dir(dir, directory, sizeof(directory), err, err_size);
 	if (r < 0)
 		return r;
-	d = opendir(directory);
-	if (!d)
-		return fail(err, err_size, errno == ENOENT ? -ENOENT : -EINVAL,
-			    "the discovery directory %s: %s", directory, strerror(errno));
+	/* a directory another user could write to is refused whole */
+	fd = runtime_dir_open(directory);
+	if (fd < 0)
+		return fail(err, err_size, fd == -ENOENT ? -ENOENT : -EPERM, "%s", error_text());
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return fail(err, err_size, -ENOMEM, "the discovery directory %s: %s", directory,
+			    strerror(errno));
+	}
 	while ((entry = readdir(d))) {
 		struct record rec = { 0 };
+		char why_buf[CTL_ERROR_MAX / 2];
+		const char *why;
 		bool was_stale;
 
 		if (!is_record_name(entry->d_name))
@@ -217,9 +212,22 @@ int ctl_endpoints_add_discovered(struct ctl_endpoints *list, const char *dir, co
 			}
 			records = grown;
 		}
-		r = record_read(directory, entry->d_name, role, &rec, &was_stale, err, err_size);
-		if (r < 0)
+		r = record_read(dirfd(d), entry->d_name, role, &rec, &was_stale, why_buf,
+				sizeof(why_buf), &why);
+		if (r < 0) {
+			r = fail(err, err_size, r, "out of memory");
 			goto out;
+		}
+		/* one bad file never keeps the others from being found */
+		if (why) {
+			char line[CTL_ERROR_MAX];
+
+			skipped++;
+			snprintf(line, sizeof(line), "%s/%s: skipped, not a dormant discovery "
+				 "record of this user (%s)", directory, entry->d_name, why);
+			if (warn)
+				warn(userdata, line);
+		}
 		stale += was_stale;
 		if (r == 1)
 			records[count++] = rec;
@@ -243,6 +251,8 @@ int ctl_endpoints_add_discovered(struct ctl_endpoints *list, const char *dir, co
 	r = added;
 	if (ret_stale)
 		*ret_stale = stale;
+	if (ret_skipped)
+		*ret_skipped = skipped;
 out:
 	closedir(d);
 	for (size_t i = 0; i < count; i++) {

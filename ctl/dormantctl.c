@@ -442,6 +442,12 @@ static void raise_fd_limit(unsigned concurrency)
 	setrlimit(RLIMIT_NOFILE, &lim);
 }
 
+/* A discovery file skipped: said, and the others used. */
+static void discover_warn(void *userdata, const char *line)
+{
+	fprintf(stderr, "dormantctl: warning: --discover: %s\n", line);
+}
+
 static int collect_endpoints(struct options *o, int argc, char **argv,
 			     struct ctl_endpoints *list)
 {
@@ -469,18 +475,19 @@ static int collect_endpoints(struct options *o, int argc, char **argv,
 	}
 	if (o->discover) {
 		char dir[PATH_MAX];
-		size_t stale = 0;
+		size_t stale = 0, skipped = 0;
 
-		r = ctl_endpoints_add_discovered(list, o->discover_dir, o->role, &stale, err,
-						 sizeof(err));
+		r = ctl_endpoints_add_discovered(list, o->discover_dir, o->role, discover_warn,
+						 NULL, &stale, &skipped, err, sizeof(err));
 		if (r < 0)
 			return usage_error("--discover: %s", err);
 		if (r == 0 && ctl_discovery_dir(o->discover_dir, dir, sizeof(dir), err,
 						sizeof(err)) == 0)
 			return usage_error("--discover: no live server%s%s%s in %s (%zu stale "
-					   "record%s skipped)",
+					   "record%s, %zu other file%s skipped)",
 					   o->role ? " of role '" : "", o->role ? o->role : "",
-					   o->role ? "'" : "", dir, stale, stale == 1 ? "" : "s");
+					   o->role ? "'" : "", dir, stale, stale == 1 ? "" : "s",
+					   skipped, skipped == 1 ? "" : "s");
 	}
 	if (list->count == 0)
 		return usage_error("no endpoint given (arguments, --file, --dns or --discover)");

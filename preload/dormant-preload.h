@@ -8,8 +8,10 @@
  * ("default", following the tag's policy, keep unless set otherwise; a region
  * chooses others: dormant_set_thread_tag(), dormant_set_thread_policy()).
  *
- * Capture is on when $DORMANT_PRELOAD is "1"; otherwise every call goes
- * through to the CUDA runtime untouched. The manager is created at the first
+ * Capture is on when $DORMANT_PRELOAD is "1", or when it is unset and the
+ * shim was preloaded under torch_memory_saver's file name ($LD_PRELOAD names
+ * a torch_memory_saver library: a launcher written for it); otherwise every
+ * call goes through to the CUDA runtime untouched. The manager is created at the first
  * interposed allocation (or the first dormant_preload_manager() call), with
  * options from the environment ($DORMANT_BACKEND, $DORMANT_HOST_MODE, ...),
  * and an HTTP server is started beside it when $DORMANT_LISTEN is set.
@@ -72,6 +74,24 @@ DORMANT_EXPORT int dormant_preload_manager(struct dormant **ret);
 
 /* Fill *ret with the shim's counters. Never fails for a non-NULL ret. */
 DORMANT_EXPORT int dormant_preload_stats_get(struct dormant_preload_stats *ret);
+
+/*
+ * Whether cudaMalloc calls of the calling thread are captured (the default)
+ * or go to the CUDA runtime as if the shim were not there (ordinary device
+ * memory, not managed: it stays on the device and works while the process's
+ * managed memory sleeps). For what must not be dormant memory: buffers
+ * shared with other processes by CUDA IPC (DeepEP's), and
+ * torch_memory_saver's disable() and interesting region. Frees need no
+ * flag: a pointer the manager did not hand out always goes to the runtime.
+ * on: 1 captured, 0 not, -1 back to the default: $TMS_INIT_ENABLE when set
+ * (torch_memory_saver's variable: "1"/"true" captured, else not), else
+ * captured (not captured when preloaded under torch_memory_saver's name,
+ * as torch_memory_saver). Returns -EINVAL for another value. Per thread; never blocks.
+ */
+DORMANT_EXPORT int dormant_preload_set_thread_capture(int on);
+/* Whether the calling thread's cudaMalloc calls are captured (when capture
+ * is active in the process at all). Never fails. */
+DORMANT_EXPORT bool dormant_preload_get_thread_capture(void);
 
 #ifdef __cplusplus
 }

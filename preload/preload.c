@@ -30,6 +30,7 @@
 
 #include "dormant-preload.h"
 #include "dormant-server.h"
+#include "preload-private.h"
 
 /* ---- the CUDA runtime API, as much as the shim needs --------------------- */
 
@@ -102,6 +103,8 @@ static bool quiet;
 /* Non-zero while this thread is inside the shim's own start: a CUDA call made
  * from there goes straight to the runtime. */
 static _Thread_local int in_shim;
+/* dormant_preload_set_thread_capture(): -1 unset (the default applies). */
+static _Thread_local int thread_capture = -1;
 
 static _Atomic uint64_t captured_allocations, captured_frees, failed_allocations, foreign_frees;
 static _Atomic uint64_t async_allocations, async_bytes, managed_allocations, managed_bytes;
@@ -304,6 +307,17 @@ static void refuse_locked(const char *fmt, ...)
 	atomic_store_explicit(&state, STATE_REFUSED, memory_order_release);
 }
 
+/* Preloaded under torch_memory_saver's file name (a launcher written for it
+ * put torch_memory_saver_hook_mode_preload*.so on LD_PRELOAD): capture is on
+ * as with $DORMANT_PRELOAD=1, what each thread captures being
+ * torch_memory_saver's interesting region ($TMS_INIT_ENABLE, regions). */
+static bool preloaded_as_tms(void)
+{
+	const char *preload = getenv("LD_PRELOAD");
+
+	return preload && strstr(preload, "torch_memory_saver");
+}
+
 static void start_locked(void)
 {
 	const char *on = getenv("DORMANT_PRELOAD");
@@ -316,7 +330,7 @@ static void start_locked(void)
 	char why[DORMANT_ERROR_MAX];
 	int r;
 
-	if (!on || strcmp(on, "1") != 0) {
+	if ((!on || strcmp(on, "1") != 0) && !(!on && preloaded_as_tms())) {
 		snprintf(reason, sizeof(reason), "off ($DORMANT_PRELOAD is not 1)");
 		atomic_store_explicit(&state, STATE_OFF, memory_order_release);
 		return;
@@ -335,6 +349,16 @@ static void start_locked(void)
 		refuse_locked("creating the dormant manager: %s", dormant_last_error());
 		return;
 	}
+	/* torch_memory_saver's variables, for programs started as for it:
+	 * memory outside every region with or without a host copy, and the
+	 * host copies kept across resumes */
+	if (getenv("TMS_INIT_ENABLE_CPU_BACKUP") && *getenv("TMS_INIT_ENABLE_CPU_BACKUP"))
+		dormant_set_policy(m, "default",
+				   preload_env_true(getenv("TMS_INIT_ENABLE_CPU_BACKUP"))
+					   ? DORMANT_KEEP
+					   : DORMANT_DISCARD);
+	if (preload_env_true(getenv("TMS_RETAIN_CPU_BACKUP")))
+		dormant_set_host_mode(m, DORMANT_HOST_RETAIN);
 	if (listen && *listen && server_is_ours()) {
 		r = dormant_server_options_new(&server_opts);
 		if (r == 0)
@@ -488,6 +512,36 @@ DORMANT_EXPORT int dormant_preload_manager(struct dormant **ret)
 	return s == STATE_REFUSED ? -EPERM : -ENOTSUP;
 }
 
+/* ---- per-thread capture -------------------------------------------------- */
+
+/* "1", "true", "yes", "on" (any case): as torch_memory_saver reads its
+ * boolean variables, anything else is false. */
+bool preload_env_true(const char *value)
+{
+	return value && (strcmp(value, "1") == 0 || strcasecmp(value, "true") == 0 ||
+			 strcasecmp(value, "yes") == 0 || strcasecmp(value, "on") == 0);
+}
+
+DORMANT_EXPORT int dormant_preload_set_thread_capture(int on)
+{
+	if (on < -1 || on > 1)
+		return -EINVAL;
+	thread_capture = on;
+	return 0;
+}
+
+DORMANT_EXPORT bool dormant_preload_get_thread_capture(void)
+{
+	const char *init;
+
+	if (thread_capture >= 0)
+		return thread_capture == 1;
+	/* unset: dormant captures everything, torch_memory_saver's library
+	 * (preloaded under its name) only regions */
+	init = getenv("TMS_INIT_ENABLE");
+	return init && *init ? preload_env_true(init) : !preloaded_as_tms();
+}
+
 /* ---- the interposed calls ------------------------------------------------ */
 
 static cudaError_t cuda_error_from(int r)
@@ -523,7 +577,7 @@ DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 		atomic_fetch_add(&failed_allocations, 1);
 		return cudaErrorInitializationError;
 	}
-	if (s != STATE_ACTIVE)
+	if (s != STATE_ACTIVE || !dormant_preload_get_thread_capture())
 		return real_malloc(dev_ptr, size);
 	if (!dev_ptr)
 		return cudaErrorInvalidValue;

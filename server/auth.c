@@ -29,7 +29,27 @@ int auth_token_check(const char *text, size_t len, const char *what)
 			return error_set(-EINVAL,
 					 "the token from %s has a character that is not visible ASCII",
 					 what);
+	/* deploy/kubernetes/secret.yaml's placeholder: a token anyone can read */
+	if (len >= strlen(AUTH_PLACEHOLDER) &&
+	    strncasecmp(text, AUTH_PLACEHOLDER, strlen(AUTH_PLACEHOLDER)) == 0)
+		return error_set(-EINVAL,
+				 "the token from %s is a placeholder (%s...): put a secret "
+				 "there, e.g. openssl rand -hex 32",
+				 what, AUTH_PLACEHOLDER);
 	return 0;
+}
+
+int auth_exposure_check(const struct dormant_server_options *resolved, bool has_token,
+			bool local, const char *where)
+{
+	if (has_token || local || resolved->insecure_no_auth)
+		return 0;
+	/* kept within DORMANT_ERROR_MAX with a long address */
+	return error_set(-EINVAL,
+			 "refusing to listen on %.64s without a token (anyone reaching it could "
+			 "drive this trainer): give a token or token_file, listen on loopback or "
+			 "a Unix socket, or set insecure_no_auth (--insecure-no-auth)",
+			 where);
 }
 
 /* Check a token and keep a copy. what names its source for messages. */

@@ -11,9 +11,20 @@
 /* Longest token accepted. */
 #define AUTH_TOKEN_MAX 1024
 
+/* The start of deploy/kubernetes/secret.yaml's placeholder token: refused
+ * (any case), since everyone who can read the repository knows it. */
+#define AUTH_PLACEHOLDER "REPLACE-ME"
+
 /* Whether text[0..len) is a token we take (1 to AUTH_TOKEN_MAX visible ASCII
- * characters); what names its source for the message. 0 or -EINVAL. */
+ * characters, not the placeholder); what names its source for the message.
+ * 0 or -EINVAL. */
 int auth_token_check(const char *text, size_t len, const char *what);
+
+/* Safe by default: serving without a token is allowed only on a local
+ * listener (loopback, a Unix socket) or when resolved->insecure_no_auth
+ * says so. where names the listener. 0 or -EINVAL with a message. */
+int auth_exposure_check(const struct dormant_server_options *resolved, bool has_token,
+			bool local, const char *where);
 
 /*
  * Find the token of resolved options (server_options_resolve(): the token

@@ -19,26 +19,17 @@
 
 static atomic_uint serial;
 
-int discovery_dir(const char *dir, char *ret, size_t size)
+int discovery_dir_open(const char *dir, char *ret, size_t size)
 {
-	bool private_tmp;
-	struct stat st;
-
-	if (runtime_dir_name(dir, ret, size, &private_tmp) < 0)
+	if (runtime_dir_name(dir, ret, size, NULL) < 0)
 		return error_set(-ENAMETOOLONG, "the discovery directory name is too long");
 	if (mkdir(ret, 0700) < 0 && errno != EEXIST)
 		return error_set(-errno, "creating the discovery directory %s: %s", ret,
 				 strerror(errno));
-	if (lstat(ret, &st) < 0)
-		return error_set(-errno, "%s: %s", ret, strerror(errno));
-	/* in a directory everyone may write to, someone else could have made
-	 * ours first, to read or plant records */
-	if (private_tmp && (!S_ISDIR(st.st_mode) || st.st_uid != getuid()))
-		return error_set(-EPERM, "%s is not a directory of this user (uid %u)", ret,
-				 (unsigned)getuid());
-	if (!private_tmp && stat(ret, &st) == 0 && !S_ISDIR(st.st_mode))
-		return error_set(-ENOTDIR, "the discovery directory %s is not a directory", ret);
-	return 0;
+	/* The readers' rules (common/runtime.c): another user's directory, or
+	 * one others may write to, could have been made first to read or plant
+	 * records, or to swap ours for theirs. */
+	return runtime_dir_open(ret);
 }
 
 /* An integer from the environment (RANK, LOCAL_RANK, WORLD_SIZE), or null. */
@@ -70,13 +61,13 @@ static bool role_valid(const char *role)
 int discovery_publish(const char *dir, const char *role, const char *url, int port,
 		      char *ret_path, size_t size)
 {
-	char directory[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX], host[256];
+	char directory[PATH_MAX], path[PATH_MAX], name[64], tmp[64], host[256];
 	long long ticks = process_start_ticks(0);
 	struct timespec now;
 	json_t *doc;
 	char *text;
 	unsigned number = atomic_fetch_add(&serial, 1);
-	int fd, n, r;
+	int dirfd, fd, n, r;
 	size_t len;
 
 	if (!role)
@@ -87,15 +78,18 @@ int discovery_publish(const char *dir, const char *role, const char *url, int po
 		return error_set(-EINVAL,
 				 "role '%.64s' is not 1 to %d characters of [A-Za-z0-9_.:-]", role,
 				 DISCOVERY_ROLE_MAX);
-	r = discovery_dir(dir, directory, sizeof(directory));
-	if (r < 0)
-		return r;
-	n = snprintf(path, sizeof(path), "%s/%d-%u.json", directory, (int)getpid(), number);
-	if (n < 0 || (size_t)n >= sizeof(path) || (size_t)n >= size)
+	snprintf(name, sizeof(name), "%d-%u.json", (int)getpid(), number);
+	snprintf(tmp, sizeof(tmp), ".%d-%u.tmp", (int)getpid(), number);
+	/* the directory is opened once and checked (discovery_dir_open()); the
+	 * files are made in that very directory, by descriptor */
+	dirfd = discovery_dir_open(dir, directory, sizeof(directory));
+	if (dirfd < 0)
+		return dirfd;
+	n = snprintf(path, sizeof(path), "%s/%s", directory, name);
+	if (n < 0 || (size_t)n >= sizeof(path) || (size_t)n >= size) {
+		close(dirfd);
 		return error_set(-ENAMETOOLONG, "the discovery record's path is too long");
-	n = snprintf(tmp, sizeof(tmp), "%s/.%d-%u.tmp", directory, (int)getpid(), number);
-	if (n < 0 || (size_t)n >= sizeof(tmp))
-		return error_set(-ENAMETOOLONG, "the discovery record's path is too long");
+	}
 	if (gethostname(host, sizeof(host)) < 0)
 		host[0] = '\0';
 	host[sizeof(host) - 1] = '\0';
@@ -111,27 +105,33 @@ int discovery_publish(const char *dir, const char *role, const char *url, int po
 			role ? json_string(role) : json_null());
 	text = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
 	json_decref(doc);
-	if (!text)
+	if (!text) {
+		close(dirfd);
 		return error_set(-ENOMEM, "out of host memory");
+	}
 	len = strlen(text);
 	text[len] = '\n'; /* json_dumps' NUL: the file is not a C string */
 
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	/* a leftover of a process that had this pid: never written through */
+	unlinkat(dirfd, tmp, 0);
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {
-		r = error_set(-errno, "writing %s: %s", tmp, strerror(errno));
+		r = error_set(-errno, "writing %s/%s: %s", directory, tmp, strerror(errno));
 		free(text);
+		close(dirfd);
 		return r;
 	}
 	r = write(fd, text, len + 1) == (ssize_t)(len + 1) ? 0 : -(errno ? errno : EIO);
 	free(text);
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
-	if (r == 0 && rename(tmp, path) < 0)
+	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
 		r = -errno;
-	if (r < 0) {
-		unlink(tmp);
+	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+	close(dirfd);
+	if (r < 0)
 		return error_set(r, "writing the discovery record %s: %s", path, strerror(-r));
-	}
 	snprintf(ret_path, size, "%s", path);
 	return 0;
 }

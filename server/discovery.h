@@ -19,10 +19,12 @@
 /*
  * The directory records go to: dir if not NULL, else $DORMANT_RUNTIME_DIR,
  * else $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID. Created (mode 0700)
- * if missing, its parent not; the /tmp one must be a directory of this user
- * (no symbolic link). 0 or a negative errno with a message.
+ * if missing, its parent not. Whichever it is, it must pass the readers'
+ * check (runtime_dir_open(): no symbolic link, a directory of this user
+ * that no one else may write to). Returns it open (the caller closes it), its
+ * name in ret; or a negative errno with a message.
  */
-int discovery_dir(const char *dir, char *ret, size_t size);
+int discovery_dir_open(const char *dir, char *ret, size_t size);
 
 /*
  * Write the record of a server listening at url (port 0 for a Unix socket)

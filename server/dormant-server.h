@@ -9,7 +9,8 @@
  *
  * Conventions as in dormant.h: 0 or a negative errno, message in
  * dormant_last_error(), never exits or prints (except the access log, which
- * goes to stderr unless quiet is set).
+ * goes to stderr unless quiet is set, and one line on stderr at start when
+ * faults are armed or a server beyond loopback has no token).
  */
 #ifndef DORMANT_SERVER_H
 #define DORMANT_SERVER_H
@@ -55,7 +56,13 @@ typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
  *   token_file              a file holding it (surrounding white space trimmed);
  *                           token, else token_file; when neither is set,
  *                           $DORMANT_TOKEN, else the contents of $DORMANT_TOKEN_FILE;
- *                           none of them: no authentication
+ *                           none of them: no authentication, allowed on loopback
+ *                           and Unix sockets only (else start fails with -EINVAL)
+ *                           unless insecure_no_auth. A token starting with
+ *                           REPLACE-ME (deploy's placeholder) is refused
+ *   insecure_no_auth        bool, default $DORMANT_INSECURE_NO_AUTH, else false:
+ *                           serve without a token on any address (a warning line
+ *                           on stderr at start)
  *   open_probes             bool: /healthz, /readyz, /metrics open when a token is set
  *   threads                 1 to 256, default 4: threads that answer requests (a
  *                           sleep or wake runs on a thread of its own meanwhile)
@@ -79,8 +86,12 @@ typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
  *   faults                  the fault switch, a test tool: rules
  *                           "WHEN:OP[:NTH[:ERROR[:TIMES]]]" separated by commas
  *                           (docs/testing.md), e.g. "wake:create" or
- *                           "sleep:copy:2:EIO:0"; default $DORMANT_FAULTS, else none
- *                           ("" sets none)
+ *                           "sleep:copy:2:EIO:0"; default none, never from the
+ *                           environment ($DORMANT_FAULTS is ignored, with a warning
+ *                           on stderr). Rules that could never fire (sleep:create,
+ *                           sleep:map, wake:host-alloc) are refused. Armed: a line
+ *                           on stderr at start, "faults" in /stats,
+ *                           dormant_faults_armed in /metrics
  *   publish                 0 (default), 1 or an absolute directory: publish a
  *                           discovery record at start (dormant_server_publish());
  *                           default $DORMANT_PUBLISH
@@ -156,6 +167,8 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s);
 /* Write the TCP port and a newline to path, under another name first and
  * then renamed, so that a reader polling for the file never sees half a
  * number (how a launcher learns the port of a server started on port 0).
+ * The other name is new (path.XXXXXX, created exclusively): a link planted
+ * there is never written through.
  * Returns -EINVAL (NULL arguments, a Unix-socket server), -ENAMETOOLONG, or
  * the errno of the failed file operation. Thread-safe. */
 DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,

@@ -14,12 +14,29 @@ static const struct {
 	{ "EIO", -EIO }, { "ENOMEM", -ENOMEM }, { "EAGAIN", -EAGAIN }, { "ENOSPC", -ENOSPC },
 };
 
-static const char *const op_names[DORMANT_FAULT_OPS] = {
+static const char *const op_names[] = {
 	[DORMANT_FAULT_CREATE] = "create",
 	[DORMANT_FAULT_MAP] = "map",
 	[DORMANT_FAULT_COPY] = "copy",
 	[DORMANT_FAULT_HOST_ALLOC] = "host-alloc",
+	[DORMANT_FAULT_DISK] = "disk",
 };
+/* a name for every op: a missing last one would leave the array short (and
+ * a missing middle one NULL: the designators above keep them in order) */
+_Static_assert(ARRAY_SIZE(op_names) == DORMANT_FAULT_OPS, "a name for every fault op");
+
+/* The transitions that call each operation: a rule for any other never
+ * fires, and is refused. Sleep copies to host memory (host-alloc: its host
+ * copies) and releases device memory; wake creates, maps and copies back. */
+static const unsigned op_calls[] = {
+	[DORMANT_FAULT_CREATE] = FAULT_WHEN_WAKE,
+	[DORMANT_FAULT_MAP] = FAULT_WHEN_WAKE,
+	[DORMANT_FAULT_COPY] = FAULT_WHEN_SLEEP | FAULT_WHEN_WAKE,
+	[DORMANT_FAULT_HOST_ALLOC] = FAULT_WHEN_SLEEP,
+	/* disk copies: created and written by sleeps, read by wakes */
+	[DORMANT_FAULT_DISK] = FAULT_WHEN_SLEEP | FAULT_WHEN_WAKE,
+};
+_Static_assert(ARRAY_SIZE(op_calls) == DORMANT_FAULT_OPS, "the calls of every fault op");
 
 static bool number(const char *text, unsigned long max, unsigned long *ret)
 {
@@ -63,6 +80,13 @@ static int rule_parse(char *text, struct fault_rule *rule)
 	if (rule->op == DORMANT_FAULT_OPS)
 		return error_set(-EINVAL, "fault rule: '%.32s' is not create, map, copy or host-alloc",
 				 fields[1]);
+	if (!(rule->when & op_calls[rule->op]))
+		return error_set(-EINVAL, "fault rule %s:%s would never fire: a %s makes no %s call "
+					  "(%s fires at %s)", fields[0], fields[1], fields[0],
+				 fields[1], fields[1],
+				 op_calls[rule->op] == FAULT_WHEN_WAKE ? "wake" : "sleep");
+	/* "any" arms where the operation is called */
+	rule->when &= op_calls[rule->op];
 	rule->nth = 1;
 	if (fields[2]) {
 		if (!number(fields[2], 1000000, &value) || value == 0)
@@ -70,7 +94,8 @@ static int rule_parse(char *text, struct fault_rule *rule)
 					 fields[2]);
 		rule->nth = (unsigned)value;
 	}
-	rule->error = rule->op == DORMANT_FAULT_COPY ? -EIO : -ENOMEM;
+	rule->error =
+		rule->op == DORMANT_FAULT_COPY || rule->op == DORMANT_FAULT_DISK ? -EIO : -ENOMEM;
 	if (fields[3]) {
 		bool found = false;
 

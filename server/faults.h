@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The fault switch: device faults armed at the start of sleeps and wakes, for
- * rehearsing failures over HTTP (dormantd --fault, $DORMANT_FAULTS).
+ * rehearsing failures over HTTP (dormantd --fault, the faults server option;
+ * never from the environment alone: docs/testing.md).
  *
  *   SPEC  = RULE[,RULE]...
  *   RULE  = WHEN:OP[:NTH[:ERROR[:TIMES]]]
  *   WHEN  = sleep | wake | any
- *   OP    = create | map | copy | host-alloc
+ *   OP    = create | map | copy | host-alloc | disk; create and map are called by
+ *           wakes only, host-alloc by sleeps only: a rule that could never
+ *           fire (sleep:create, sleep:map, wake:host-alloc) is refused, and
+ *           "any" arms where the operation is called
  *   NTH   = the nth call of OP inside the transition fails (default 1)
  *   ERROR = EIO, ENOMEM, EAGAIN, ENOSPC or a number (default ENOMEM for
- *           create, map and host-alloc, EIO for copy)
+ *           create, map and host-alloc, EIO for copy and disk)
  *   TIMES = how many times the fault fires, 0 without end (default 1)
  *
  * A rule is armed at the start of each transition of its kind while it has

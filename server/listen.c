@@ -4,6 +4,7 @@
 #include "listen.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -24,6 +25,24 @@ int socket_errno(int err, const char *what, const char *where)
 	if (err == EADDRNOTAVAIL || err == EAFNOSUPPORT)
 		r = -EINVAL;
 	return error_set(r, "%s %s: %s", what, where, strerror(err));
+}
+
+bool sockaddr_is_local(const struct sockaddr *addr)
+{
+	const struct in6_addr *a6;
+
+	if (!addr)
+		return false;
+	switch (addr->sa_family) {
+	case AF_UNIX:
+		return true;
+	case AF_INET:
+		return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+	case AF_INET6:
+		a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+	}
+	return false;
 }
 
 int listen_tcp(struct listener *s, const char *listen_addr)
@@ -67,6 +86,7 @@ int listen_tcp(struct listener *s, const char *listen_addr)
 	snprintf(s->url, sizeof(s->url), "http://%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
 		 strchr(host, ':') ? "]" : "", s->port);
 	s->fd = fd;
+	s->local = sockaddr_is_local((struct sockaddr *)&bound);
 	r = 0;
 	goto out;
 
@@ -138,6 +158,7 @@ int listen_unix(struct listener *s, const char *path)
 	s->port = 0;
 	snprintf(s->url, sizeof(s->url), "unix:%s", path);
 	s->fd = fd;
+	s->local = true;
 	return 0;
 }
 

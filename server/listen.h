@@ -4,7 +4,9 @@
 #define DORMANT_SERVER_LISTEN_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <netdb.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 struct listener {
@@ -14,7 +16,12 @@ struct listener {
 	dev_t unix_dev;
 	ino_t unix_ino;
 	int fd; /* ours until the daemon runs, and again once quiesced */
+	bool local; /* a Unix socket or a loopback address: this node only */
 };
+
+/* Whether addr is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x.y.z)
+ * or a Unix socket's: a client of this node. NULL: false. */
+bool sockaddr_is_local(const struct sockaddr *addr);
 
 /* Bind and listen on "host:port" (listen_parse()), or on a Unix socket at
  * path (mode 0600; a stale socket there is replaced); fill port, url, fd.

@@ -18,6 +18,7 @@
 #include "auth.h"
 #include "common.h"
 #include "faults.h"
+#include "listen.h"
 
 enum option_type {
 	OPTION_TEXT,
@@ -78,10 +79,11 @@ static const struct option options[] = {
 	},
 	{
 		.name = "token", .type = OPTION_TEXT, .offset = FIELD(token),
-		.default_doc = "none (no authentication)", .env = "DORMANT_TOKEN", .env_group = 1,
-		.check = token_check, .secret = true,
-		.doc = "bearer token requests must carry (1 to 1024 visible ASCII characters); "
-		       "before token_file",
+		.default_doc = "none (no authentication; only on loopback or a Unix socket "
+			       "unless insecure_no_auth)",
+		.env = "DORMANT_TOKEN", .env_group = 1, .check = token_check, .secret = true,
+		.doc = "bearer token requests must carry (1 to 1024 visible ASCII characters, "
+		       "not the placeholder REPLACE-ME...); before token_file",
 	},
 	{
 		.name = "token_file", .type = OPTION_TEXT, .offset = FIELD(token_file),
@@ -94,6 +96,12 @@ static const struct option options[] = {
 		.name = "open_probes", .type = OPTION_BOOL, .offset = FIELD(open_probes),
 		.default_value = "false",
 		.doc = "leave /healthz, /readyz and /metrics open when a token is set",
+	},
+	{
+		.name = "insecure_no_auth", .type = OPTION_BOOL, .offset = FIELD(insecure_no_auth),
+		.default_value = "false", .env = "DORMANT_INSECURE_NO_AUTH",
+		.doc = "serve without a token on an address other than loopback (anyone who "
+		       "reaches it drives the trainer); without it such a start is refused",
 	},
 	{
 		.name = "threads", .type = OPTION_UINT, .offset = FIELD(threads),
@@ -131,10 +139,14 @@ static const struct option options[] = {
 		.doc = "no access log on stderr",
 	},
 	{
+		/* no environment variable: one inherited by a pod would make its
+		 * sleeps fail (issue 25); only the embedder arms faults */
 		.name = "faults", .type = OPTION_TEXT, .offset = FIELD(faults),
-		.default_doc = "none", .env = "DORMANT_FAULTS", .check = faults_check,
+		.default_doc = "none", .check = faults_check,
 		.doc = "test tool: device faults armed at sleeps and wakes, "
-		       "WHEN:OP[:NTH[:ERROR[:TIMES]]] rules separated by commas (docs/testing.md)",
+		       "WHEN:OP[:NTH[:ERROR[:TIMES]]] rules separated by commas (docs/testing.md); "
+		       "never read from the environment; logged at start, shown in /stats and "
+		       "/metrics",
 	},
 	{
 		.name = "publish", .type = OPTION_TEXT, .offset = FIELD(publish),
@@ -673,6 +685,8 @@ DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_opti
 	err = getaddrinfo(host, port, &hints, &ai);
 	if (err != 0)
 		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(err));
+	/* the address listen_tcp() binds: the first */
+	err = auth_exposure_check(&r, token != NULL, sockaddr_is_local(ai->ai_addr), r.listen);
 	freeaddrinfo(ai);
-	return 0;
+	return err;
 }

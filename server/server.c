@@ -23,6 +23,7 @@
  * daemon stops.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -67,6 +68,7 @@ struct dormant_server {
 	bool quiet;
 	struct listener listener; /* listen.c: the socket, port, url */
 	struct fault_switch faults;
+	char *faults_text; /* its rules when armed: /stats, /metrics */
 
 	struct conn_table conns; /* every open connection, the limits, the watchdog */
 
@@ -99,7 +101,7 @@ struct request {
 	bool begun;             /* request_begin() ran */
 	bool too_many_params;   /* the query was cut by on_uri() */
 	double start_s;
-	char method[16];
+	char method[64]; /* escaped for the log (log_copy()) */
 	char path[LOG_PATH_MAX];
 	const struct route *route;
 	char *body;
@@ -229,14 +231,29 @@ static enum MHD_Result param_collect(void *cls, enum MHD_ValueKind kind, const c
 	return MHD_YES;
 }
 
-/* Keep a printable copy of the path for the log. */
-static void path_copy(char *dst, size_t size, const char *url)
+/* Keep a copy of a request's method or path for the access log, bytes
+ * outside printable ASCII (ESC, CR, LF, DEL, ...) and the backslash written
+ * as \xNN: a client never writes into the log, on a 401 or otherwise. */
+static void log_copy(char *dst, size_t size, const char *src)
 {
-	size_t i = 0;
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
 
-	for (; url[i] && i + 1 < size; i++)
-		dst[i] = (unsigned char)url[i] > 0x20 && (unsigned char)url[i] < 0x7f ? url[i] : '?';
-	dst[i] = '\0';
+	for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+		bool plain = *p > 0x20 && *p < 0x7f && *p != '\\';
+
+		if (o + (plain ? 1 : 4) >= size)
+			break;
+		if (plain) {
+			dst[o++] = (char)*p;
+			continue;
+		}
+		dst[o++] = '\\';
+		dst[o++] = 'x';
+		dst[o++] = hex[*p >> 4];
+		dst[o++] = hex[*p & 15];
+	}
+	dst[o] = '\0';
 }
 
 static void request_counts(struct dormant_server *s, int active, int handlers)
@@ -355,8 +372,8 @@ static enum MHD_Result request_begin(struct dormant_server *s, struct MHD_Connec
 	}
 	rq->begun = true;
 	rq->conn = conn_of(connection);
-	snprintf(rq->method, sizeof(rq->method), "%s", method);
-	path_copy(rq->path, sizeof(rq->path), url);
+	log_copy(rq->method, sizeof(rq->method), method);
+	log_copy(rq->path, sizeof(rq->path), url);
 	rq->route = route_find(url);
 	*con_cls = rq;
 	pthread_mutex_lock(&s->lock);
@@ -654,6 +671,7 @@ static void server_free(struct dormant_server *s)
 {
 	record_remove(s);
 	faults_remove(&s->faults);
+	free(s->faults_text);
 	if (s->listener.fd >= 0)
 		close(s->listener.fd);
 	listener_unix_remove(&s->listener);
@@ -717,10 +735,31 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		r = listen_tcp(&s->listener, o.listen);
 	if (r < 0)
 		goto err;
+	r = auth_exposure_check(&o, s->token != NULL, s->listener.local, s->listener.url);
+	if (r < 0)
+		goto err;
+	if (!s->token && !s->listener.local)
+		fprintf(stderr, "dormant: warning: no authentication on %s (insecure_no_auth): "
+				"anyone who reaches it can sleep and wake this trainer\n",
+			s->listener.url);
 
 	r = faults_install(&s->faults, m);
 	if (r < 0)
 		goto err;
+	if (s->faults.count) {
+		s->faults_text = strdup(o.faults);
+		if (!s->faults_text) {
+			r = error_set(-ENOMEM, "out of host memory");
+			goto err;
+		}
+		s->api.faults = s->faults_text;
+		/* never silent, quiet or not: sleeps and wakes will fail */
+		fprintf(stderr, "dormant: warning: fault injection armed (a test tool): %s\n",
+			s->faults_text);
+	} else if (getenv("DORMANT_FAULTS") && *getenv("DORMANT_FAULTS")) {
+		fprintf(stderr, "dormant: warning: $DORMANT_FAULTS is ignored: faults are armed "
+				"only by the faults option (dormantd --fault)\n");
+	}
 	if (fstat(s->listener.fd, &listen_st) < 0) {
 		r = socket_errno(errno, "checking the socket of", s->listener.url);
 		goto err;
@@ -800,30 +839,30 @@ DORMANT_EXPORT int dormant_server_port(const struct dormant_server *s)
 DORMANT_EXPORT int dormant_server_write_port_file(const struct dormant_server *s,
 						  const char *path)
 {
-	char tmp[PATH_MAX];
-	FILE *f;
-	int r;
+	char tmp[PATH_MAX], text[16];
+	int fd, len, r;
 
 	if (!s || !path || s->listener.port <= 0)
 		return -EINVAL;
-	r = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	r = snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
 	if (r < 0 || (size_t)r >= sizeof(tmp))
 		return -ENAMETOOLONG;
-	f = fopen(tmp, "w");
-	if (!f)
+	/* a new file of a fresh name (O_CREAT | O_EXCL: never through a link
+	 * someone planted at a name we would have used), renamed over path */
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
-	fprintf(f, "%d\n", s->listener.port);
-	if (fclose(f) != 0) {
+	len = snprintf(text, sizeof(text), "%d\n", s->listener.port);
+	r = 0;
+	if (fchmod(fd, 0644) < 0 || write(fd, text, (size_t)len) != len)
+		r = -(errno ? errno : EIO);
+	if (close(fd) < 0 && r == 0)
 		r = -errno;
-		unlink(tmp);
-		return r;
-	}
-	if (rename(tmp, path) < 0) {
+	if (r == 0 && rename(tmp, path) < 0)
 		r = -errno;
+	if (r < 0)
 		unlink(tmp);
-		return r;
-	}
-	return 0;
+	return r;
 }
 
 DORMANT_EXPORT int dormant_server_publish(struct dormant_server *s, const char *dir,

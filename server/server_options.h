@@ -24,6 +24,7 @@ struct dormant_server_options {
 	const char *faults;
 	const char *publish;
 	bool open_probes;
+	bool insecure_no_auth;
 	bool quiet;
 	unsigned threads;
 	unsigned max_connections;

@@ -52,6 +52,7 @@ struct config {
 	const char *token;
 	const char *token_file;
 	bool open_probes;
+	bool insecure_no_auth;
 	unsigned threads;
 	bool quiet;
 	unsigned fail_wakes;
@@ -154,11 +155,13 @@ static void usage(FILE *f)
 	      "  --backend NAME        auto (default), cuda or host\n"
 	      "  --keep SIZE           bytes of tag 'weights' (kept on sleep; default 64MiB)\n"
 	      "  --discard SIZE        bytes of tag 'grads' (discarded on sleep; default 64MiB)\n"
-	      "  --host-mode MODE      retain or release (default: $DORMANT_HOST_MODE, else\n"
-	      "                        release)\n"
+	      "  --host-mode MODE      retain, release or reclaimable (default:\n"
+	      "                        $DORMANT_HOST_MODE, else release)\n"
 	      "  --token TOKEN         require Authorization: Bearer TOKEN\n"
 	      "  --token-file FILE     read the token from FILE\n"
 	      "  --open-probes         leave /healthz, /readyz and /metrics open\n"
+	      "  --insecure-no-auth    serve without a token on an address other than\n"
+	      "                        loopback (refused otherwise: give --token-file)\n"
 	      "  --threads N           HTTP worker threads (default 4)\n"
 	      "  --max-connections N   open connections at once (default 64, at least\n"
 	      "                        --threads); over it the one waiting longest for a\n"
@@ -175,8 +178,8 @@ static void usage(FILE *f)
 	      "                        (503)\n"
 	      "  --fault RULE          test tool: inject a device fault, RULE is\n"
 	      "                        WHEN:OP[:NTH[:ERROR[:TIMES]]] (WHEN sleep, wake or\n"
-	      "                        any; OP create, map, copy or host-alloc; see\n"
-	      "                        docs/testing.md); may be given up to 8 times\n"
+	      "                        any; OP create, map, copy, host-alloc or disk;\n"
+	      "                        see docs/testing.md); may be given up to 8 times\n"
 	      "  --port-file FILE      write the bound port to FILE once listening\n"
 	      "  --publish[=DIR]       publish a discovery record (for dormantctl --discover)\n"
 	      "                        in DIR (default: $DORMANT_RUNTIME_DIR, else\n"
@@ -291,7 +294,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 {
 	enum {
 		OPT_LISTEN = 256, OPT_UNIX, OPT_BACKEND, OPT_KEEP, OPT_DISCARD, OPT_HOST_MODE,
-		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
+		OPT_TOKEN, OPT_TOKEN_FILE, OPT_OPEN_PROBES, OPT_INSECURE_NO_AUTH, OPT_THREADS, OPT_QUIET, OPT_FAIL_WAKES,
 		OPT_PORT_FILE, OPT_MAX_CONNECTIONS, OPT_MAX_PER_IP, OPT_CONNECTION_TIMEOUT,
 		OPT_REQUEST_TIMEOUT, OPT_FAULT, OPT_PUBLISH, OPT_ROLE, OPT_OPTION, OPT_SERVER_OPTION,
 	};
@@ -305,6 +308,7 @@ static int parse_flags(int argc, char **argv, struct config *c)
 		{ "token", required_argument, NULL, OPT_TOKEN },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		{ "open-probes", no_argument, NULL, OPT_OPEN_PROBES },
+		{ "insecure-no-auth", no_argument, NULL, OPT_INSECURE_NO_AUTH },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "quiet", no_argument, NULL, OPT_QUIET },
 		{ "fail-wakes", required_argument, NULL, OPT_FAIL_WAKES },
@@ -367,8 +371,11 @@ static int parse_flags(int argc, char **argv, struct config *c)
 				c->host_mode = DORMANT_HOST_RETAIN;
 			} else if (strcmp(optarg, "release") == 0) {
 				c->host_mode = DORMANT_HOST_RELEASE;
+			} else if (strcmp(optarg, "reclaimable") == 0) {
+				c->host_mode = DORMANT_HOST_RECLAIMABLE;
 			} else {
-				warn("--host-mode must be retain or release, not '%s'", optarg);
+				warn("--host-mode must be retain, release or reclaimable, not '%s'",
+				     optarg);
 				return -EINVAL;
 			}
 			break;
@@ -377,6 +384,9 @@ static int parse_flags(int argc, char **argv, struct config *c)
 			break;
 		case OPT_TOKEN_FILE:
 			c->token_file = optarg;
+			break;
+		case OPT_INSECURE_NO_AUTH:
+			c->insecure_no_auth = true;
 			break;
 		case OPT_OPEN_PROBES:
 			c->open_probes = true;
@@ -884,6 +894,8 @@ static int server_options_fill(struct demo *d, struct dormant_server_options **r
 		r = dormant_server_options_set(o, "token_file", c->token_file);
 	if (r == 0 && c->open_probes)
 		r = dormant_server_options_set_int(o, "open_probes", 1);
+	if (r == 0 && c->insecure_no_auth)
+		r = dormant_server_options_set_int(o, "insecure_no_auth", 1);
 	if (r == 0)
 		r = dormant_server_options_set_int(o, "threads", c->threads);
 	/* the server's default unless more threads need more */
@@ -899,7 +911,7 @@ static int server_options_fill(struct demo *d, struct dormant_server_options **r
 						   c->connection_timeout_s);
 	if (r == 0 && c->request_timeout_s)
 		r = dormant_server_options_set_int(o, "request_timeout_s", c->request_timeout_s);
-	/* no --fault: $DORMANT_FAULTS, as for any embedded server */
+	/* no --fault: none (the environment never arms faults) */
 	if (r == 0 && c->faults[0])
 		r = dormant_server_options_set(o, "faults", c->faults);
 	if (r == 0 && c->quiet)
@@ -1045,7 +1057,7 @@ int main(int argc, char **argv)
 		warn("starting the HTTP server: %s", dormant_last_error());
 		goto out;
 	}
-	/* the port file says "ready": last, after everything that can fail */
+	/* the port file last: whoever waits for it finds the record there too */
 	if (d.config.publish || d.config.role) {
 		r = dormant_server_publish(server, d.config.publish_dir, d.config.role);
 		if (r < 0) {

@@ -30,11 +30,11 @@ c_int, c_uint, c_size_t, c_bool = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, 
 c_char_p, c_void_p, c_double, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64
 
 # enum dormant_policy / dormant_hook_point / dormant_fault_op
-POLICIES = {"keep": 0, "discard": 1, "rebuild": 2}
+POLICIES = {"keep": 0, "discard": 1, "rebuild": 2, "disk": 3}
 POLICY_TAG = -1  # DORMANT_POLICY_TAG: an allocation that follows its tag's policy
 HOOK_POINTS = {"before_sleep": 0, "after_sleep": 1, "before_wake": 2, "after_wake": 3,
                "after_copies": 4, "before_rebuild": 5}
-FAULT_OPS = {"create": 0, "map": 1, "copy": 2, "host_alloc": 3}
+FAULT_OPS = {"create": 0, "map": 1, "copy": 2, "host_alloc": 3, "disk": 4}
 LOG_LEVELS = {0: "error", 1: "warning", 2: "info", 3: "debug"}
 TAG_MAX = 63
 
@@ -67,6 +67,7 @@ _PROTOTYPES = {
     "dormant_host_mode_name": (c_char_p, [c_int]),
     "dormant_device_count": (c_int, [c_void_p]),
     "dormant_set_policy": (c_int, [c_void_p, c_char_p, c_int]),
+    "dormant_set_disk_dir": (c_int, [c_void_p, c_char_p]),
     "dormant_alloc": (c_int, [c_void_p, c_char_p, c_size_t, ctypes.POINTER(c_void_p)]),
     "dormant_alloc_on": (c_int, [c_void_p, c_char_p, c_size_t, c_int,
                                  ctypes.POINTER(c_void_p)]),
@@ -95,6 +96,10 @@ _PROTOTYPES = {
     # checksums (issue 15)
     "dormant_set_verify": (c_int, [c_void_p, c_bool]),
     "dormant_debug_corrupt_host": (c_int, [c_void_p, c_void_p, ctypes.c_ubyte]),
+    # host copies (issue 20)
+    "dormant_host_backup": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_void_p)]),
+    "dormant_host_backup_read": (c_int, [c_void_p, c_void_p, c_size_t, c_void_p]),
+    "dormant_set_host_mode": (c_int, [c_void_p, c_int]),
     # api/dormant-json.h
     "dormant_stats_json": (c_int, [c_void_p, c_bool, ctypes.POINTER(c_void_p)]),
     "dormant_transition_json": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_char_p),

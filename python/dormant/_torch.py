@@ -57,7 +57,7 @@ _attached = None      # weakref to the Manager behind dormant_torch_malloc()
 
 # dormant_set_thread_policy() values (core/dormant.h).
 POLICY_TAG = -1
-_ALLOC_POLICIES = {"keep": 0, "discard": 1}
+_ALLOC_POLICIES = {"keep": 0, "discard": 1, "disk": 3}
 
 
 class _Route:
@@ -326,7 +326,7 @@ class TorchGlue:
     @contextlib.contextmanager
     def route(self, tag, policy, *, plain=False, routed=True):
         """Route this thread to tag with an allocation policy ("keep",
-        "discard"; None: the tag's) in a pool of its own, for the duration;
+        "discard", "disk"; None: the tag's) in a pool of its own, for the duration;
         tag None routes to PyTorch's ordinary memory. plain: the pool uses
         PyTorch's own allocator (whose cudaMalloc dormant captures), and
         nothing is attached to libdormant's allocator entry points. routed

@@ -33,6 +33,7 @@ the results alone), whose message names every failed rank.
 """
 import asyncio
 import concurrent.futures
+import errno
 import functools
 import http.client
 import ipaddress
@@ -41,15 +42,17 @@ import os
 import random
 import socket
 import ssl
+import stat
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar,
-                    Union)
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type,
+                    TypeVar, Union)
 
 from .errors import DormantError
 
 __all__ = ["Client", "AsyncClient", "RankResult", "RankError", "parse_endpoints",
-           "discover", "Record", "runtime_dir", "DEFAULT_PORT"]
+           "discover", "Record", "RecordWarning", "runtime_dir", "DEFAULT_PORT"]
 
 DEFAULT_PORT = 8787
 TOKEN_MAX = 4096
@@ -252,17 +255,87 @@ def _start_ticks(pid):
         return None
 
 
-def _stale(pid, start_ticks):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # alive, another user's
-    if start_ticks is None:
+class RecordWarning(UserWarning):
+    """A file of the discovery directory that was skipped (not a record of
+    this user); the message names it and says why."""
+
+
+def _live(pid, start_ticks):
+    """A process of this user that started at start_ticks: pid 1, another
+    user's process and a reused pid never are (as dormantctl)."""
+    if pid <= 1 or start_ticks is None or start_ticks <= 0:
         return False
-    ticks = _start_ticks(pid)
-    return ticks is not None and ticks != start_ticks  # the pid was reused
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
+    except OSError:
+        return False
+    return _start_ticks(pid) == start_ticks
+
+
+def _dir_open(directory):
+    """The directory's descriptor, if this user may trust it: no link, a
+    directory of this user that no one else may write to (as the writer and
+    dormantctl). Raises FileNotFoundError, NotADirectoryError or
+    PermissionError with one line saying why."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(directory):
+            raise PermissionError(errno.ELOOP, f"the discovery directory {directory} is a "
+                                  "symbolic link: refused") from None
+        if e.errno == errno.ENOTDIR:
+            raise NotADirectoryError(errno.ENOTDIR, f"the discovery directory {directory} "
+                                     "is not a directory") from None
+        raise
+    st = os.fstat(fd)
+    why = None
+    if st.st_uid != os.geteuid():
+        why = (f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}): "
+               "refused")
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): refused"
+    if why:
+        os.close(fd)
+        raise PermissionError(errno.EPERM, f"the discovery directory {directory} {why}")
+    return fd
+
+
+def _record_text(dir_fd, name):
+    """The bytes of record name: a regular file of this user writable by no
+    one else, at most _RECORD_MAX bytes, opened without following a link
+    and without blocking (a FIFO never hangs). Raises ValueError (why) or
+    FileNotFoundError (removed meanwhile)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ValueError("a symbolic link" if e.errno == errno.ELOOP
+                         else os.strerror(e.errno)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_uid != os.geteuid():
+            raise ValueError(f"owned by uid {st.st_uid}, not by this user "
+                             f"(uid {os.geteuid()})")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ValueError(f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})")
+        if st.st_size > _RECORD_MAX:
+            raise ValueError(f"larger than {_RECORD_MAX} bytes")
+        raw = b""
+        while len(raw) <= _RECORD_MAX:
+            piece = os.read(fd, _RECORD_MAX + 1 - len(raw))
+            if not piece:
+                break
+            raw += piece
+        if len(raw) > _RECORD_MAX:
+            raise ValueError(f"larger than {_RECORD_MAX} bytes")
+        return raw
+    finally:
+        os.close(fd)
 
 
 def _whole(doc, key):
@@ -272,11 +345,7 @@ def _whole(doc, key):
     return v
 
 
-def _record(path, name):
-    with open(path, "rb") as f:
-        raw = f.read(_RECORD_MAX + 1)
-    if len(raw) > _RECORD_MAX:
-        raise ValueError(f"larger than {_RECORD_MAX} bytes")
+def _record(raw, name):
     try:
         doc = json.loads(raw)
     except ValueError as e:
@@ -306,32 +375,48 @@ def _record(path, name):
 
 
 def discover(dir: Union[str, "os.PathLike[str]", None] = None, role: Optional[str] = None, *,
-             stale: Optional[List[str]] = None) -> List[Record]:
+             stale: Optional[List[Record]] = None,
+             skipped: Optional[List[Tuple[str, str]]] = None) -> List[Record]:
     """The live servers that published a discovery record in runtime_dir(dir)
     (of `role` only, if given), ordered by rank, local rank, then pid.
-    Records of processes that are gone (or whose pid another process now
-    has) are skipped, and appended to the list `stale` if one is given. A
-    file that is not a record raises ValueError naming it: acting on some
-    servers and silently not on the others is worse than not acting. A
-    missing directory raises FileNotFoundError."""
+
+    Only what this user wrote is trusted, by the rules of the writer and of
+    dormantctl --discover (docs/orchestrators.md): a directory that is not
+    this user's, is writable by others or is a link raises PermissionError
+    (NotADirectoryError, FileNotFoundError when missing) and nothing is read.
+    A *.json file that is not a regular file of this user writable by no one
+    else, is larger than 4096 bytes or is not a record is skipped with a
+    RecordWarning naming it (and appended as (path, why) to the list
+    `skipped` if one is given); the others are still found. Records whose
+    process is gone (pid 1, another user's process, a pid another process now
+    has) are skipped, and appended to the list `stale` if one is given."""
     directory = runtime_dir(dir)
     found = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith(".") or not name.endswith(".json"):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            ticks, rec = _record(path, name)
-        except FileNotFoundError:
-            continue  # removed meanwhile: its server stopped
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{path}: not a dormant discovery record ({e})") from None
-        if _stale(rec.pid, ticks):
-            if stale is not None:
-                stale.append(rec)
-            continue
-        if role is None or rec.role == role:
-            found.append(rec)
+    dir_fd = _dir_open(directory)
+    try:
+        for name in sorted(os.listdir(dir_fd)):
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                ticks, rec = _record(_record_text(dir_fd, name), name)
+            except FileNotFoundError:
+                continue  # removed meanwhile: its server stopped
+            except ValueError as e:
+                message = (f"{path}: skipped, not a dormant discovery record of this "
+                           f"user ({e})")
+                warnings.warn(message, RecordWarning, stacklevel=2)
+                if skipped is not None:
+                    skipped.append((path, str(e)))
+                continue
+            if not _live(rec.pid, ticks):
+                if stale is not None:
+                    stale.append(rec)
+                continue
+            if role is None or rec.role == role:
+                found.append(rec)
+    finally:
+        os.close(dir_fd)
     unknown = 1 << 62
     found.sort(key=lambda r: (unknown if r.rank is None else r.rank,
                               unknown if r.local_rank is None else r.local_rank, r.pid, r.file))
@@ -607,13 +692,16 @@ class _Common:
         """A client over every live server that published a discovery record
         in runtime_dir(dir), of `role` only if given (see discover()); other
         arguments as for the constructor. Raises ValueError when there is
-        none, or a file there is not a record."""
-        stale: List[str] = []
-        records = discover(dir, role, stale=stale)
+        none, PermissionError when the directory may not be trusted; files
+        that are not records are skipped with a RecordWarning."""
+        stale: List[Record] = []
+        skipped: List[Tuple[str, str]] = []
+        records = discover(dir, role, stale=stale, skipped=skipped)
         if not records:
             of = f" of role {role!r}" if role is not None else ""
             raise ValueError(f"no live server{of} in {runtime_dir(dir)} "
-                             f"({len(stale)} stale record(s) skipped)")
+                             f"({len(stale)} stale record(s), {len(skipped)} other "
+                             "file(s) skipped)")
         client = cls([r.url for r in records], **kwargs)
         client.records = records
         return client

@@ -69,6 +69,8 @@ def _option_text(name, value):
         return value.decode("utf-8")
     if isinstance(value, str):
         return value
+    if isinstance(value, os.PathLike):
+        return os.fsdecode(value)
     raise InvalidArgumentError(
         f"option {name}: a str, int or bool, not {type(value).__name__}", errno.EINVAL)
 
@@ -100,7 +102,7 @@ def server_options() -> List[Dict[str, Any]]:
 def options() -> List[Dict[str, Any]]:
     """The manager options that Manager(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("enum", "size", "int",
-    "bool", "string"), values (an enum's, else None), default, env (its
+    "bool", "path", "string"), values (an enum's, else None), default, env (its
     environment variable, or None) and doc."""
     return _library.get().options()
 
@@ -364,16 +366,26 @@ class Manager:
         """The value option name has in this manager (set, from the
         environment or the default) as text: sizes in bytes ("1073741824"),
         booleans "true"/"false". InvalidArgumentError for an unknown name."""
-        buf = ctypes.create_string_buffer(128)
+        buf = ctypes.create_string_buffer(4096)  # DORMANT_PATH_MAX: a path option
         self._check(self._lib.need("dormant_option_value", "Manager.option()")(
             self._handle(), name.encode("utf-8"), buf, len(buf)))
         return buf.value.decode("utf-8")
 
     @property
     def host_mode(self) -> str:
-        """"retain" or "release"."""
+        """"retain" or "release". Settable while no transition runs
+        (dormant_set_host_mode()): takes effect at the next sleep or wake."""
         mode = self._lib.dormant_host_mode(self._handle())
         return self._lib.dormant_host_mode_name(mode).decode()
+
+    @host_mode.setter
+    def host_mode(self, mode: str) -> None:
+        values = {"retain": 1, "release": 2, "reclaimable": 3}  # enum dormant_host_mode
+        if mode not in values:
+            raise InvalidArgumentError(
+                f'host_mode is "retain", "release" or "reclaimable", not {mode!r}', errno.EINVAL)
+        fn = self._lib.need("dormant_set_host_mode", "setting host_mode")
+        self._check(fn(self._handle(), values[mode]))
 
     @property
     def device_count(self) -> int:
@@ -393,6 +405,9 @@ class Manager:
 
         "keep": copied to host on sleep, restored on wake.
         "discard": no copy; zero-filled on wake.
+        "disk": as "keep", the copy in files of the disk directory
+            (set_disk_dir(), the disk_dir option) instead of host memory:
+            written while the copies run, verified on wake, removed after.
         "rebuild": no copy; on wake, after every "keep" tag of that wake is
             restored, rebuild(tag) runs with the tag's memory mapped and
             zero-filled, to recompute its content from other tags (e.g. bf16
@@ -462,6 +477,14 @@ class Manager:
         fn = self._lib.need("dormant_mark_unused", "mark_unused()")
         self._check(fn(self._handle(), ptr, size))
 
+    def set_disk_dir(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Set the directory of the "disk" policy's copies (the disk_dir
+        option): the next sleep writes there. It must exist; a relative path
+        is made absolute here. A sleep into a full, read-only or missing
+        directory raises, every byte still on the device."""
+        fn = self._lib.need("dormant_set_disk_dir", "set_disk_dir()")
+        self._check(fn(self._handle(), os.fsencode(os.path.abspath(os.fspath(path)))))
+
     def set_verify(self, on: bool) -> None:
         """Turn verification after wake on or off (on by default; DORMANT_VERIFY=0
         turns it off): wakes hash the restored chunks on the device and raise
@@ -475,6 +498,38 @@ class Manager:
         device address ptr, of a tag asleep (the same call again restores it)."""
         fn = self._lib.need("dormant_debug_corrupt_host", "debug_corrupt_host()")
         self._check(fn(self._handle(), ptr, mask))
+
+    def host_backup(self, ptr: int, size: int) -> Optional[int]:
+        """The address of the host copy of [ptr, ptr + size) (a kept range of
+        one allocation) while its tag is asleep, or awake with the copy retain
+        mode kept: size bytes of host memory the manager owns, valid until the
+        tag's next sleep or wake. None when no host copy holds the range.
+        Raises DormantError with errno ERANGE when the copy holds it in pieces (live-bytes
+        packing, two chunks): host_backup_read() copies it then."""
+        fn = self._lib.need("dormant_host_backup", "host_backup()")
+        out = c_void_p()
+        r = fn(self._handle(), ptr, size, ctypes.byref(out))
+        if r == -errno.ENOENT:
+            return None
+        self._check(r)
+        return out.value
+
+    def host_backup_read(self, ptr: int, size: int,
+                         dst: Optional[int] = None) -> Union[bytes, int, None]:
+        """The bytes of the host copy of [ptr, ptr + size) (bytes it left out
+        read as zero): into dst, the address of size writable bytes (returns
+        size), or without dst as bytes. None when no host copy holds the
+        range (dst then untouched)."""
+        fn = self._lib.need("dormant_host_backup_read", "host_backup_read()")
+        buf = None
+        if dst is None:
+            buf = ctypes.create_string_buffer(size)
+            dst = ctypes.addressof(buf)
+        r = fn(self._handle(), ptr, size, dst)
+        if r == -errno.ENOENT:
+            return None
+        self._check(r)
+        return buf.raw if buf is not None else size
 
     def free_block_marks(self) -> Optional[Dict[str, Any]]:
         """What the glue's marking of free blocks did: a dict with "sleeps",
@@ -704,7 +759,9 @@ class Manager:
         seconds; request_timeout_s (10) for a whole request from a
         connection's opening or last answer. faults: a test tool, device
         faults armed at sleeps and wakes ("wake:create", see
-        docs/testing.md); None: $DORMANT_FAULTS if set, "" none.
+        docs/testing.md); None or "": none ($DORMANT_FAULTS is never read).
+        Listening beyond loopback without a token needs
+        insecure_no_auth=True (a server option, taken by name).
         publish: True (or a directory) writes a discovery record there, so
         that dormantctl --discover and dormant.client.Client.discover() find
         this server on a port 0 (docs/orchestrators.md); None:
@@ -808,7 +865,8 @@ class Manager:
     def debug_inject_fault(self, op: str, nth: int, error: int = -errno.EIO,
                            repeat: bool = False) -> None:
         """Make the nth next call of op ("create", "map", "copy",
-        "host_alloc") fail with error (a negative errno); nth 0 disarms."""
+        "host_alloc", "disk": a disk copy's create, write or read) fail
+        with error (a negative errno); nth 0 disarms."""
         if op not in _library.FAULT_OPS:
             raise InvalidArgumentError(f"unknown fault op {op!r}", errno.EINVAL)
         self._check(self._lib.dormant_debug_inject_fault(self._handle(), _library.FAULT_OPS[op],

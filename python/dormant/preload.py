@@ -93,7 +93,9 @@ def _candidates():
         out.append(os.path.join(libdir, LIBRARY_NAME))
     # beside the libdormant this package uses (meson installs both there)
     try:
-        out.append(str(pathlib.Path(_library.get().path).parent / LIBRARY_NAME))
+        libdir = pathlib.Path(_library.get().path).parent
+        out.append(str(libdir / LIBRARY_NAME))
+        out.append(str(libdir / "preload" / LIBRARY_NAME))  # a meson build folder
     except Exception:  # noqa: BLE001 (no libdormant: the other places still count)
         pass
     return out

@@ -33,11 +33,17 @@ import pathlib
 import sys
 from typing import Dict, List, Mapping, NoReturn, Optional, Sequence
 
-__all__ = ["environment", "main"]
+__all__ = ["environment", "main", "shadow_dir"]
 
 PROG = "dormant-run"
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
-SHADOW_DIR = PACKAGE_DIR / "_shadow"
+# The torch_memory_saver shadow (a package named torch_memory_saver, with
+# libdormant-preload.so beside it under torch_memory_saver's library file
+# names, where launchers look for them): $DORMANT_SHADOW_DIR; else the one the
+# launcher names (the build folder's preload/tms-shadow, for tools/dormant-run);
+# in a source tree run as `python3 -m dormant.run`, its build folder's; else
+# the package's own (installed with those names beside it).
+_BUILD_SHADOW = PACKAGE_DIR.parent.parent / "build" / "preload" / "tms-shadow"
 EXIT_USAGE = 2
 
 # PyTorch allocator settings capture cannot see: (key, value, why).
@@ -72,25 +78,39 @@ def _conf_sets(conf: str, key: str, value: str) -> bool:
     return False
 
 
-def _shadow_dir(env: Mapping[str, str]) -> pathlib.Path:
-    shadow = pathlib.Path(env.get("DORMANT_SHADOW_DIR") or SHADOW_DIR)
-    if not shadow.is_dir():
-        raise UsageError(f"cannot find dormant's torch_memory_saver shadow at {shadow}; "
+def shadow_dir(env: Optional[Mapping[str, str]] = None,
+               shadow: Optional[str] = None) -> pathlib.Path:
+    """Where the torch_memory_saver shadow is looked for (see above)."""
+    env = os.environ if env is None else env
+    if env.get("DORMANT_SHADOW_DIR"):
+        return pathlib.Path(env["DORMANT_SHADOW_DIR"])
+    if shadow:
+        return pathlib.Path(shadow)
+    if (_BUILD_SHADOW / "torch_memory_saver").is_dir():
+        return _BUILD_SHADOW
+    return PACKAGE_DIR / "_shadow"
+
+
+def _shadow_dir(env: Mapping[str, str], shadow: Optional[str]) -> pathlib.Path:
+    shadow_path = shadow_dir(env, shadow)
+    if not shadow_path.is_dir():
+        raise UsageError(f"cannot find dormant's torch_memory_saver shadow at {shadow_path}; "
                          f"set DORMANT_SHADOW_DIR")
-    return shadow
+    return shadow_path
 
 
 def environment(env: Optional[Mapping[str, str]] = None, *, torch_memory_saver: bool = True,
                 capture: bool = False, listen: Optional[str] = None,
                 token_file: Optional[str] = None, port_file: Optional[str] = None,
                 preload_library: Optional[str] = None, library: Optional[str] = None,
-                pid: Optional[int] = None) -> Dict[str, str]:
+                shadow: Optional[str] = None, pid: Optional[int] = None) -> Dict[str, str]:
     """The environment a program started by dormant-run gets: a new dict, env
     (default: os.environ) with the switches applied. pid is the process that
     will exec the program (default: this one): the captured server belongs to
     it, not to its children. preload_library and library name the build's
     libdormant-preload.so and libdormant.so (the build folder's launcher
-    passes them; elsewhere the package finds its own).
+    passes them, and its torch_memory_saver shadow; elsewhere the package
+    finds its own).
     Raises UsageError for what dormant-run refuses."""
     env = dict(os.environ if env is None else env)
     if not torch_memory_saver and not capture:
@@ -135,7 +155,7 @@ def environment(env: Optional[Mapping[str, str]] = None, *, torch_memory_saver: 
     if torch_memory_saver:
         # the shadow, then the folder holding this dormant package, which the
         # shadow imports
-        env["PYTHONPATH"] = _prepend_path(env.get("PYTHONPATH"), _shadow_dir(env),
+        env["PYTHONPATH"] = _prepend_path(env.get("PYTHONPATH"), _shadow_dir(env, shadow),
                                           PACKAGE_DIR.parent)
         if library and not env.get("DORMANT_LIB"):
             env["DORMANT_LIB"] = library
@@ -153,7 +173,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None, *, preload_library: Optional[str] = None,
-         library: Optional[str] = None) -> int:
+         library: Optional[str] = None, shadow: Optional[str] = None) -> int:
     """dormant-run's command line; returns the exit status when it does not
     exec the program."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
@@ -192,7 +212,7 @@ def main(argv: Optional[Sequence[str]] = None, *, preload_library: Optional[str]
         env = environment(torch_memory_saver=flags["torch_memory_saver"],
                           capture=flags["capture"], listen=values["listen"],
                           token_file=values["token_file"], port_file=values["port_file"],
-                          preload_library=preload_library, library=library)
+                          preload_library=preload_library, library=library, shadow=shadow)
     except UsageError as e:
         return _fail(str(e))
     if print_env:

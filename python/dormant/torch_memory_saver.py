@@ -36,24 +36,46 @@ How the calls map:
     for dormant's LD_PRELOAD capture of cudaMalloc (dormant.preload), which
     also captures memory outside every region under tag "default". Left
     unset, "preload" when that capture is active, else "torch".
-What it cannot honour it says once per process (a RuntimeWarning): disk
-backup (kept in host memory instead), cpu_backup_backend="mmap",
-memory_margin_bytes, retain_cpu_backup after the manager exists, a
-cuda_graph pool handle, disable() under capture; get_cpu_backup() raises
-UnsupportedError. docs/migrating.md has the whole table.
+  - disable(): allocations inside go to a fresh pool of PyTorch's ordinary
+    memory (under whole-process capture, not captured), which is given back
+    when it ends; they work while everything else is paused.
+  - get_cpu_backup(x, zero_copy): while x's tag is paused (or awake with
+    retain_cpu_backup), a CPU tensor with x's bytes from dormant's host copy
+    (zero_copy: a view of that copy, valid until the next resume or pause;
+    where live-bytes packing holds x in pieces, a copy, said once).
+  - retain_cpu_backup, TMS_RETAIN_CPU_BACKUP: dormant's host mode "retain",
+    switchable at any time between pauses and resumes.
+  - memory_margin_bytes: a resume that would leave less device memory free
+    than the margin raises dormant.OutOfMemoryError before it maps
+    anything (retry it later).
+  - cpu_backup_backend "mmap" (or TMS_INIT_CPU_BACKUP_BACKEND=mmap): dormant
+    pins its host copies itself; resume() returns once the host copies it no
+    longer needs are back with the operating system.
+  - _impl._binary_wrapper.cdll: torch_memory_saver's C ABI (tms_* functions),
+    implemented by libdormant-preload.so (preload/tms.c).
+  - enable_disk_backup, set_disk_backup_dir(), TMS_DISK_BACKUP_DIR,
+    TMS_DISK_BACKUP_CHUNK_MB: dormant's policy "disk" (files in the disk
+    directory, named while paused as torch_memory_saver's are, checksummed,
+    removed on resume); TMS_INIT_ENABLE_DISK_BACKUP=1 under capture: the
+    memory outside every region.
+What it cannot honour it says once per process (a RuntimeWarning): a
+cuda_graph pool handle. docs/migrating.md has the whole table.
 
 Importing this module does not import torch (region() and cuda_graph() do).
 """
 import contextlib
+import ctypes
 import errno
 import os
 import threading
+import time
 import warnings
-from typing import Any, Dict, Iterator, NoReturn, Optional
+from typing import Any, Dict, Iterator, Optional, Union
 
 import dormant
 
-from .errors import InvalidArgumentError, UnknownTagError, UnsupportedError
+from .errors import (DormantError, InvalidArgumentError, OutOfMemoryError, UnknownTagError,
+                     UnsupportedError)
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
@@ -105,6 +127,179 @@ def _check_tag_type(tag):
         raise InvalidArgumentError(f"a tag is a str, not {type(tag).__name__}", errno.EINVAL)
 
 
+def _env_true(name):
+    """torch_memory_saver's reading of a boolean variable."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cudart_path():
+    """The CUDA runtime this process loaded (from /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path).startswith("libcudart.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+class _Cdll(ctypes.CDLL):
+    """libdormant-preload.so with torch_memory_saver's C ABI (preload/tms.c).
+    As torch_memory_saver's library links the CUDA runtime, a name it does not
+    define (cudaHostGetFlags, ...) is looked up in the runtime the process
+    loaded."""
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("__"):
+                raise
+            path = _cudart_path()
+            if path is None:
+                raise
+            fn = getattr(ctypes.CDLL(path), name)
+            setattr(self, name, fn)
+            return fn
+
+
+def _set_signatures(cdll):
+    """torch_memory_saver's argument and result types (binary_wrapper.py)."""
+    c_bool, c_char_p, c_int = ctypes.c_bool, ctypes.c_char_p, ctypes.c_int
+    u8p = ctypes.POINTER(ctypes.c_uint8)
+    table = {
+        "tms_set_current_tag": (None, [c_char_p]),
+        "tms_get_current_tag": (c_char_p, []),
+        "tms_set_interesting_region": (None, [c_bool]),
+        "tms_get_interesting_region": (c_bool, []),
+        "tms_set_enable_cpu_backup": (None, [c_bool]),
+        "tms_get_enable_cpu_backup": (c_bool, []),
+        "tms_set_cpu_backup_backend": (None, [c_char_p]),
+        "tms_get_cpu_backup_backend": (c_char_p, []),
+        "tms_set_enable_disk_backup": (None, [c_bool]),
+        "tms_get_enable_disk_backup": (c_bool, []),
+        "tms_set_disk_backup_dir": (None, [c_char_p]),
+        "tms_pause": (c_int, [c_char_p]),
+        "tms_resume": (c_int, [c_char_p]),
+        "set_memory_margin_bytes": (None, [ctypes.c_uint64]),
+        "tms_set_retain_cpu_backup": (None, [c_bool]),
+        "tms_get_retain_cpu_backup": (c_bool, []),
+        "tms_get_cpu_backup_pointer": (u8p, [u8p, ctypes.c_uint64]),
+    }
+    for name, (restype, argtypes) in table.items():
+        fn = getattr(cdll, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+class _BinaryWrapper:
+    """torch_memory_saver's BinaryWrapper: cdll is dormant's preload library,
+    loaded from its path (the process's own copy under whole-process
+    capture), in either hook mode."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.cdll = _Cdll(self.path)
+        _set_signatures(self.cdll)
+
+    def set_config(self, *, tag, interesting_region, enable_cpu_backup, cpu_backup_backend=None,
+                   enable_disk_backup=False):
+        cdll = self.cdll
+        cdll.tms_set_current_tag(tag.encode("utf-8"))
+        cdll.tms_set_interesting_region(interesting_region)
+        cdll.tms_set_enable_cpu_backup(enable_cpu_backup)
+        if cpu_backup_backend is not None:
+            cdll.tms_set_cpu_backup_backend(cpu_backup_backend.encode("utf-8"))
+        cdll.tms_set_enable_disk_backup(enable_disk_backup)
+
+
+class _PoolTable(dict):
+    """_impl._mem_pools: the region pools by torch_memory_saver's key. Taking
+    one out (pop, del) drops dormant's own reference too, so that the pool,
+    and its memory, go once the caller lets it go (as torch_memory_saver's
+    tests do)."""
+
+    def __init__(self, saver):
+        super().__init__()
+        self._saver = saver
+
+    def _forget(self, pool):
+        glue = self._saver._manager()._torch
+        if glue is None:
+            return
+        with glue.lock:
+            for key in [k for k, p in glue.policy_pools.items() if p is pool]:
+                del glue.policy_pools[key]
+
+    def pop(self, key, *default):
+        if key not in self and default:
+            return default[0]
+        pool = super().pop(key)
+        self._forget(pool)
+        return pool
+
+    def __delitem__(self, key):
+        self.pop(key)
+
+
+class _Impl:
+    """What torch_memory_saver keeps in TorchMemorySaver._impl and programs
+    reach into: the C library (_binary_wrapper.cdll), the region pools by
+    (tag, enable_cpu_backup, enable_disk_backup, cpu_backup_backend, device)
+    (_mem_pools) and the thread's C configuration (_with_region_config)."""
+
+    def __init__(self, saver, hook_mode):
+        self._saver = saver
+        self._hook_mode = hook_mode
+        self._mem_pools = _PoolTable(saver)
+        self._wrapper = None
+
+    @property
+    def _binary_wrapper(self):
+        if self._wrapper is None:
+            preload = _preload_module()
+            if preload is None:
+                raise UnsupportedError("torch_memory_saver's C library is dormant's preload "
+                                       "library, which this dormant lacks", errno.ENOSYS)
+            self._wrapper = _BinaryWrapper(preload.library_path())
+        return self._wrapper
+
+    def _cdll_or_none(self):
+        try:
+            return self._binary_wrapper.cdll
+        except (DormantError, OSError):
+            return None
+
+    @contextlib.contextmanager
+    def _with_region_config(self, tag, enable_cpu_backup, cpu_backup_backend,
+                            enable_disk_backup=False):
+        """The thread's C configuration (tag, interesting region, backups) for
+        the duration, as torch_memory_saver's; with it the thread's dormant
+        tag and allocation policy."""
+        cdll = self._cdll_or_none()
+        if cdll is None:
+            policy = ("disk" if enable_disk_backup else
+                      "keep" if enable_cpu_backup else "discard")
+            with self._saver._glue().route(tag, policy, routed=False):
+                yield
+            return
+        saved = dict(tag=cdll.tms_get_current_tag().decode("utf-8"),
+                     interesting_region=cdll.tms_get_interesting_region(),
+                     enable_cpu_backup=cdll.tms_get_enable_cpu_backup(),
+                     cpu_backup_backend=cdll.tms_get_cpu_backup_backend().decode("utf-8"),
+                     enable_disk_backup=cdll.tms_get_enable_disk_backup())
+        self._binary_wrapper.set_config(tag=tag, interesting_region=True,
+                                        enable_cpu_backup=enable_cpu_backup,
+                                        cpu_backup_backend=cpu_backup_backend,
+                                        enable_disk_backup=enable_disk_backup)
+        try:
+            yield
+        finally:
+            self._binary_wrapper.set_config(**saved)
+
+
 class TorchMemorySaver:
     """torch_memory_saver.TorchMemorySaver on dormant. Every instance drives
     the process's default dormant manager; the module's torch_memory_saver is
@@ -114,6 +309,8 @@ class TorchMemorySaver:
         self._requested_mode: Optional[str] = None
         self._mode: Optional[str] = None
         self._margin_bytes = 0
+        self._mmap_used = False   # cpu_backup_backend "mmap" chosen: resume waits for the host
+        self._impl_object: Any = None
         self._lock = threading.Lock()
 
     # ---- set-up -------------------------------------------------------------
@@ -139,14 +336,26 @@ class TorchMemorySaver:
                            "using hook_mode='torch': region() memory is managed, memory "
                            "allocated outside every region is not")
                 mode = "torch"
-            if os.environ.get("TMS_RETAIN_CPU_BACKUP") == "1":
+            if _env_true("TMS_RETAIN_CPU_BACKUP"):
                 self._set_retain(True)
+            if os.environ.get("TMS_INIT_CPU_BACKUP_BACKEND") == "mmap":
+                self._mmap_used = True
             backup = os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP")
             if mode == "preload" and backup in ("0", "1"):
                 # torch_memory_saver's choice for memory outside every region
                 # (tag "default" under whole-process capture)
                 self._manager().set_policy(_TAG_DEFAULT, "keep" if backup == "1" else "discard")
+            if mode == "preload" and os.environ.get("TMS_INIT_ENABLE_DISK_BACKUP") == "1":
+                _disk_environment()
+                self._manager().set_policy(_TAG_DEFAULT, "disk")
+            self._impl_object = _Impl(self, mode)
             self._mode = mode
+
+    @property
+    def _impl(self):
+        """torch_memory_saver's implementation object (see _Impl)."""
+        self._ensure_initialized()
+        return self._impl_object
 
     def _manager(self):
         return dormant.manager()
@@ -166,17 +375,15 @@ class TorchMemorySaver:
                     f'cpu_backup_backend must be "pinned" or "mmap", not {cpu_backup_backend!r}',
                     errno.EINVAL)
             if cpu_backup_backend == "mmap":
-                _warn_once("mmap", "cpu_backup_backend='mmap' is not honoured: dormant pins its "
-                                   "host copies itself, and gives them back after resume unless "
-                                   "the manager runs host_mode 'retain'")
+                # dormant pins its host copies itself; what mmap promises is
+                # the memory back with the system when resume() returns
+                self._mmap_used = True
         if enable_cpu_backup and enable_disk_backup:
             raise InvalidArgumentError(
                 "enable_cpu_backup and enable_disk_backup are mutually exclusive", errno.EINVAL)
         if enable_disk_backup:
-            _warn_once("disk", "enable_disk_backup is not honoured: the region's memory is "
-                               "copied to host memory on pause instead (dormant has no disk "
-                               "backend yet)")
-            return "keep"
+            _disk_environment()
+            return "disk"  # dormant's policy "disk": files in the disk directory
         return "keep" if enable_cpu_backup else "discard"
 
     @contextlib.contextmanager
@@ -189,25 +396,44 @@ class TorchMemorySaver:
         _check_tag_type(tag)
         policy = self._policy(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
         self._ensure_initialized()
-        with self._glue().route(tag, policy, plain=self._mode == "preload"):
-            yield
+        backend = ""
+        if enable_cpu_backup:
+            backend = cpu_backup_backend or os.environ.get("TMS_INIT_CPU_BACKUP_BACKEND") or "pinned"
+            if backend == "mmap":
+                self._mmap_used = True
+        impl = self._impl_object
+        with self._glue().route(tag, policy, plain=self._mode == "preload") as route:
+            if route.pool is not None:
+                impl._mem_pools[(tag, bool(enable_cpu_backup), bool(enable_disk_backup), backend,
+                                 route.device)] = route.pool
+            with impl._with_region_config(tag, bool(enable_cpu_backup), cpu_backup_backend,
+                                          bool(enable_disk_backup)):
+                yield
 
     @contextlib.contextmanager
     def disable(self) -> Iterator[None]:
-        """Allocations inside go to ordinary PyTorch memory, not managed."""
+        """Allocations inside go to a fresh pool of PyTorch's ordinary memory
+        (not captured under whole-process capture), given back when it ends:
+        they work while everything else is paused. The thread's tag and
+        policy are reset inside."""
+        import torch
         self._ensure_initialized()
-        preload = _preload_module() if self._mode == "preload" else None
-        uncaptured = getattr(preload, "uncaptured", None) if preload is not None else None
-        if self._mode == "preload" and not callable(uncaptured):
-            _warn_once("disable-preload",
-                       "disable() under whole-process capture: the allocations inside are still "
-                       "captured, under tag 'default' (this dormant.preload cannot exempt them)")
-        with self._glue().route(None, None):
-            if callable(uncaptured):
-                with uncaptured():
-                    yield
-            else:
-                yield
+        glue = self._glue()
+        device = torch.cuda.current_device()
+        with torch.cuda.device(device):
+            pool = torch.cuda.MemPool()
+        cdll = self._impl_object._cdll_or_none()
+        was = cdll.tms_get_interesting_region() if cdll is not None else None
+        route = glue._push(None, device, pool=pool)
+        try:
+            if cdll is not None:
+                cdll.tms_set_interesting_region(False)
+            yield
+        finally:
+            if cdll is not None:
+                cdll.tms_set_interesting_region(was)
+            glue._pop(route)
+            del route, pool   # its segments go back with it
 
     @contextlib.contextmanager
     def cuda_graph(self, cuda_graph: Any, pool: Any = None, stream: Any = None,
@@ -268,9 +494,47 @@ class TorchMemorySaver:
 
     def resume(self, tag: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """Bring tag (None: every tag) back at the same addresses. Raises
-        dormant.OutOfMemoryError when the device memory is still taken: the
-        tag stays paused with its host copy; call resume again later."""
-        return self._transition("wake", tag)
+        dormant.OutOfMemoryError when the device memory is still taken, or
+        when waking would leave less free than memory_margin_bytes: the tag
+        stays paused with its host copy; call resume again later."""
+        self._ensure_initialized()
+        if self._margin_bytes:
+            self._check_margin(tag)
+        report = self._transition("wake", tag)
+        if self._mmap_used:
+            self._settle_host(tag)
+        return report
+
+    def _selected(self, tag):
+        stats = self._manager().stats()
+        return stats, [t for t in stats.get("tags", []) if tag is None or t["tag"] == tag]
+
+    def _check_margin(self, tag):
+        """OutOfMemoryError, before anything is mapped, when waking tag would
+        leave less device memory free than the margin (the manager's devices
+        together)."""
+        stats, tags = self._selected(tag)
+        need = sum(t["reserved_bytes"] - t["device_bytes"] for t in tags
+                   if t["state"] == "asleep")
+        free = sum(d["free_bytes"] for d in stats.get("devices", []))
+        if need and need + self._margin_bytes > free:
+            raise OutOfMemoryError(
+                f"resume of {tag or 'every tag'} needs {need} bytes of device memory and "
+                f"{free} are free: less than memory_margin_bytes={self._margin_bytes} would "
+                f"be left; nothing was mapped, retry later", errno.ENOMEM)
+
+    def _settle_host(self, tag, timeout_s=60.0):
+        """Wait until the host copies the wake gave back (release mode frees
+        them on worker threads) are back with the operating system, as
+        torch_memory_saver's mmap backend has them when resume() returns."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            stats, tags = self._selected(tag)
+            if stats.get("host_mode") != "release":
+                return
+            if not sum(t["host_bytes"] for t in tags if t["state"] == "awake"):
+                return
+            time.sleep(0.002)
 
     # ---- attributes programs set or read --------------------------------------
 
@@ -307,9 +571,10 @@ class TorchMemorySaver:
         if value < 0:
             raise InvalidArgumentError("memory_margin_bytes must be >= 0", errno.EINVAL)
         self._margin_bytes = value
-        if value:
-            _warn_once("margin", "memory_margin_bytes is not enforced: allocations in regions "
-                                 "fail only when the device itself is out of memory")
+        if self._impl_object is not None:
+            cdll = self._impl_object._cdll_or_none()
+            if cdll is not None:
+                cdll.set_memory_margin_bytes(value)   # for tms_resume() too
 
     def _set_retain(self, retain):
         mode = "retain" if retain else "release"
@@ -324,28 +589,85 @@ class TorchMemorySaver:
             dormant.configure(**options)
             return
         if default.host_mode != mode:
-            _warn_once("retain", f"retain_cpu_backup={bool(retain)} is not honoured: the dormant "
-                                 f"manager already runs host_mode {default.host_mode!r} (set it "
-                                 f"before the first region, or start with DORMANT_HOST_MODE={mode})")
+            default.host_mode = mode   # from the next pause or resume on
 
     @property
     def retain_cpu_backup(self) -> bool:
         """Whether host copies stay allocated across resumes (dormant's host
-        mode "retain")."""
+        mode "retain"). Settable at any time but during a pause or resume."""
+        self._ensure_initialized()   # TMS_RETAIN_CPU_BACKUP
         return self._manager().host_mode == "retain"
 
     @retain_cpu_backup.setter
     def retain_cpu_backup(self, value: bool) -> None:
         self._set_retain(bool(value))
 
-    def get_cpu_backup(self, x: Any, zero_copy: bool = False) -> NoReturn:
-        raise UnsupportedError(
-            "get_cpu_backup() is not supported: dormant keeps host copies to itself; read the "
-            "tensor after resume() instead", errno.ENOSYS)
+    def get_cpu_backup(self, x: Any, zero_copy: bool = False) -> Any:
+        """While x's tag is paused (or awake with retain_cpu_backup), a CPU
+        tensor with x's bytes from dormant's host copy: a new tensor, or with
+        zero_copy a view of the host copy itself (read it only; valid until
+        the tag's next resume or pause). Where dormant's live-bytes packing
+        holds x in pieces (a mark inside it, two chunks), zero_copy gives a
+        copy and says so once. None when no host copy holds x (awake, no
+        backup, not dormant memory)."""
+        import torch
+        self._ensure_initialized()
+        if not all(hasattr(x, a) for a in ("is_contiguous", "data_ptr", "numel", "element_size")):
+            raise InvalidArgumentError(f"get_cpu_backup() needs a tensor, not {type(x).__name__}",
+                                       errno.EINVAL)
+        if not x.is_contiguous():
+            raise InvalidArgumentError("get_cpu_backup() needs a contiguous tensor", errno.EINVAL)
+        nbytes = x.numel() * x.element_size()
+        if nbytes == 0:
+            return None
+        m = self._manager()
+        ptr = x.data_ptr()
+        try:
+            if zero_copy:
+                try:
+                    host = m.host_backup(ptr, nbytes)
+                except DormantError as e:
+                    if e.errno != errno.ERANGE:
+                        raise
+                    _warn_once("zero-copy-pieces",
+                               "get_cpu_backup(zero_copy=True): dormant's host copy holds this "
+                               "tensor in pieces (live-bytes packing, or two chunks): returning "
+                               "a copy instead of a view")
+                else:
+                    if host is None:
+                        return None
+                    buf = (ctypes.c_uint8 * nbytes).from_address(host)
+                    return torch.frombuffer(buf, dtype=torch.uint8).view(x.dtype).view(x.shape)
+            out = torch.empty(x.shape, dtype=x.dtype, device="cpu")
+            if m.host_backup_read(ptr, nbytes, out.data_ptr()) is None:
+                return None
+            return out
+        except InvalidArgumentError:
+            return None   # not memory of dormant's
 
-    def set_disk_backup_dir(self, path: str) -> None:
-        _warn_once("disk-dir", "set_disk_backup_dir() is not honoured: dormant has no disk "
-                               "backend yet; enable_disk_backup regions are kept in host memory")
+    def set_disk_backup_dir(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """The directory of disk backup files (created if needed), for the
+        next pause: the manager's disk directory (dormant's disk_dir)."""
+        _disk_environment()
+        path = os.path.abspath(os.fspath(path))
+        os.makedirs(path, exist_ok=True)
+        self._manager().set_disk_dir(path)
+
+
+def _disk_environment() -> None:
+    """torch_memory_saver's disk backup variables as dormant's options, for
+    a manager created after (dormant.manager() reads them once):
+    TMS_DISK_BACKUP_DIR -> DORMANT_DISK_DIR, TMS_DISK_BACKUP_CHUNK_MB ->
+    DORMANT_DISK_CHUNK_BYTES (the largest read or write), and named files
+    (DORMANT_DISK_NAMES: torch_memory_saver's files are visible in the
+    directory while paused). dormant's own variables win."""
+    tms_dir = os.environ.get("TMS_DISK_BACKUP_DIR")
+    if tms_dir:
+        os.environ.setdefault("DORMANT_DISK_DIR", os.path.abspath(tms_dir))
+    mb = os.environ.get("TMS_DISK_BACKUP_CHUNK_MB", "").strip()
+    if mb.isdigit() and int(mb) > 0:
+        os.environ.setdefault("DORMANT_DISK_CHUNK_BYTES", f"{int(mb)}MiB")
+    os.environ.setdefault("DORMANT_DISK_NAMES", "1")
 
 
 @contextlib.contextmanager
@@ -362,6 +684,9 @@ def configure_subprocess() -> Iterator[None]:
         return
     before = dict(os.environ)
     env = preload.environment(dict(os.environ))
+    # as torch_memory_saver's preload mode: a child captures what its regions
+    # allocate, and memory outside them only with TMS_INIT_ENABLE=1
+    env.setdefault("TMS_INIT_ENABLE", "0")
     changed = {k: v for k, v in env.items() if before.get(k) != v}
     removed = [k for k in before if k not in env]   # e.g. the parent's own server address
     os.environ.update(changed)

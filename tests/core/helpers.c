@@ -48,7 +48,7 @@ struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes)
 	/* 8 MiB of staging: 2 MiB slots, several pieces per chunk */
 	return manager_from("host_mode=%s,chunk_bytes=%zu,staging_bytes=8MiB,guard_timeout_ms=5000,"
 			    "copy_threads=2",
-			    mode == DORMANT_HOST_RETAIN ? "retain" : "release", chunk_bytes);
+			    dormant_host_mode_name(mode), chunk_bytes);
 }
 
 struct dormant *manager(void)

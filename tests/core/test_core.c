@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -160,6 +161,43 @@ Test(basics, retain_keeps_host_buffers_release_gives_them_back)
 		cr_expect_eq(dormant_host_mode(m), mode);
 		dormant_destroy(m);
 	}
+}
+
+/* Host mode reclaimable: the host buffers stay mapped but not held while
+ * awake, the next sleep reuses them, and pages the kernel took in between
+ * (here: dropped by hand, as MADV_FREE lets it) cost nothing but a fault. */
+Test(basics, reclaimable_reuses_its_buffers_and_survives_reclamation)
+{
+	struct dormant *m = manager_with(DORMANT_HOST_RECLAIMABLE, 4 * MiB);
+	void *w = alloc_tag(m, "weights", 6 * MiB);
+	void *first = NULL, *again = NULL;
+
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RECLAIMABLE);
+	fill(m, w, 6 * MiB, 11);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect_geq(stats(m)->host_bytes, 6 * MiB);
+	cr_assert_eq(dormant_host_backup(m, w, MiB, &first), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, w, 6 * MiB, 11));
+	cr_expect_eq(host_bytes_settled(m, 0), 0, "a reclaimable buffer is not held");
+
+	fill(m, w, 6 * MiB, 12);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect_geq(stats(m)->host_bytes, 6 * MiB, "counted again once reused");
+	cr_assert_eq(dormant_host_backup(m, w, MiB, &again), 0, "%s", dormant_last_error());
+	cr_expect_eq(again, first, "the next sleep reuses the buffer");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, w, 6 * MiB, 12));
+
+	/* the kernel takes the first chunk's buffer: its pages read zero */
+	cr_assert_eq((uintptr_t)first % 4096, 0);
+	cr_assert_eq(madvise(first, 4 * MiB, MADV_DONTNEED), 0);
+	fill(m, w, 6 * MiB, 13);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, w, 6 * MiB, 13));
+	dormant_destroy(m);
+	cr_expect_str_eq(dormant_host_mode_name(DORMANT_HOST_RECLAIMABLE), "reclaimable");
 }
 
 Test(basics, memory_is_really_released)
@@ -530,6 +568,12 @@ Test(chaos, sleep_rolls_back_at_every_fault_point_retain, .timeout = 120,
      .init = pin_pieces_small)
 {
 	chaos_sleep(DORMANT_HOST_RETAIN);
+}
+
+Test(chaos, sleep_rolls_back_at_every_fault_point_reclaimable, .timeout = 120,
+     .init = pin_pieces_small)
+{
+	chaos_sleep(DORMANT_HOST_RECLAIMABLE);
 }
 
 Test(chaos, sleep_rolls_back_at_every_fault_point_unpinned, .timeout = 120, .init = unpinned)

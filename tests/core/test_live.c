@@ -727,7 +727,7 @@ Test(rebuild, names_and_bad_input)
 	cr_expect_eq(dormant_policy_from_name("rebuild", &p), 0);
 	cr_expect_eq(p, DORMANT_REBUILD);
 	cr_expect_eq(dormant_policy_from_name("rebuilt", &p), -EINVAL);
-	cr_expect_null(dormant_policy_name((enum dormant_policy)3));
+	cr_expect_null(dormant_policy_name((enum dormant_policy)(DORMANT_DISK + 1)));
 	cr_expect_eq(dormant_set_policy(m, "w", DORMANT_REBUILD), 0);
 	cr_expect_eq(dormant_alloc_policy(m, "w", DORMANT_REBUILD, MiB, 0, &ptr), -EINVAL,
 		     "rebuild is a tag's policy only");

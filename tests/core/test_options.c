@@ -16,7 +16,7 @@
 
 #include "dormant.h"
 
-#define VALUE_MAX 64
+#define VALUE_MAX DORMANT_PATH_MAX /* a path option reads back whole */
 
 static size_t option_count(void)
 {
@@ -84,6 +84,8 @@ static void candidate(size_t i, char *value, char *reads)
 		return;
 	} else if (strcmp(type, "int") == 0) {
 		strcpy(value, strcmp(current, "1") == 0 ? "2" : "1");
+	} else if (strcmp(type, "path") == 0) {
+		strcpy(value, strcmp(current, "/var/tmp") == 0 ? "/tmp" : "/var/tmp");
 	} else {
 		cr_assert_fail("option %s has a type this test does not know: %s",
 			       dormant_option_name(i), type);

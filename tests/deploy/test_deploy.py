@@ -44,6 +44,12 @@ def option(args, name):
     return args[args.index(name) + 1]
 
 
+def trainer_policy(kube):
+    """The NetworkPolicy of the ranks' ingress."""
+    (np,) = [p for p in kube["NetworkPolicy"] if "Ingress" in p["spec"]["policyTypes"]]
+    return np
+
+
 def port_range(spec):
     first, _, last = spec.partition("-")
     return list(range(int(first), int(last or first) + 1))
@@ -133,7 +139,7 @@ def test_network_policy_admits_only_orchestrator_and_prometheus(kube, trainer):
     sts, c = trainer
     pod_labels = sts["spec"]["template"]["metadata"]["labels"]
     ports = sorted(p["containerPort"] for p in c["ports"])
-    np = one(kube, "NetworkPolicy")
+    np = trainer_policy(kube)
     assert np["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert np["spec"]["policyTypes"] == ["Ingress"]
 
@@ -224,7 +230,7 @@ def test_orchestrator_job_reaches_every_rank(kube, trainer):
     sts, c = trainer
     job = one(kube, "Job")
     pod = job["spec"]["template"]
-    np = one(kube, "NetworkPolicy")
+    np = trainer_policy(kube)
     admitted = np["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
     assert admitted.items() <= pod["metadata"]["labels"].items()
     (jc,) = pod["spec"]["containers"]
@@ -237,6 +243,75 @@ def test_orchestrator_job_reaches_every_rank(kube, trainer):
     mount = next(m for m in jc["volumeMounts"] if m["name"] == secret_volume["name"])
     assert option(cmd, "--token-file") == f"{mount['mountPath']}/token"
     assert jc["image"] == c["image"]
+
+
+def test_pods_are_hardened(kube, trainer):
+    """issue 25: a seccomp profile on every pod, no service account token."""
+    sts, c = trainer
+    job = one(kube, "Job")
+    for pod in (sts["spec"]["template"]["spec"], job["spec"]["template"]["spec"]):
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for container in pod["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+
+
+def test_orchestrator_egress_reaches_the_ranks_and_dns_only(kube, trainer):
+    sts, c = trainer
+    job = one(kube, "Job")
+    (egress,) = [p for p in kube["NetworkPolicy"] if p["spec"]["policyTypes"] == ["Egress"]]
+    assert egress["__file__"] in yaml.safe_load(
+        (KUBE / "kustomization.yaml").read_text())["resources"]
+    selector = egress["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    ports = [p["containerPort"] for p in c["ports"]]
+    rules = egress["spec"]["egress"]
+    assert all(r.get("to") and r.get("ports") for r in rules), "no rule opens everything"
+    trainer_labels = sts["spec"]["template"]["metadata"]["labels"]
+    (ranks,) = [r for r in rules if any("namespaceSelector" not in t for t in r["to"])]
+    assert ranks["to"][0]["podSelector"]["matchLabels"].items() <= trainer_labels.items()
+    (opened,) = ranks["ports"]
+    assert (opened["protocol"], opened["port"], opened["endPort"]) == ("TCP", ports[0], ports[-1])
+    (dns,) = [r for r in rules if r is not ranks]
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+    assert dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+
+
+def test_the_placeholder_token_is_refused_by_the_server(kube, tmp_path):
+    placeholder = one(kube, "Secret")["stringData"]["token"]
+    token = tmp_path / "token"
+    token.write_text(placeholder + "\n")
+    p = subprocess.run([tool("dormantd"), "--backend", "host", "--keep", "1MiB", "--discard",
+                        "1MiB", "--listen", "127.0.0.1:0", "--token-file", str(token)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "placeholder" in p.stderr, p.stderr
+
+
+def test_dockerfile_starts_with_the_token_of_the_secret(kube, trainer, tmp_path):
+    sts, c = trainer
+    text = dockerfile()
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
+    token_path = option(c["args"], "--token-file")
+    assert cmd[0] == "dormantd" and option(cmd, "--token-file") == token_path
+    assert option(cmd, "--listen").startswith("0.0.0.0:")
+    health = json.loads(re.search(r"^    CMD (\[.*\])$", text, re.M).group(1))
+    assert health[:2] == ["dormantctl", "health"] and option(health, "--token-file") == token_path
+    # the image's command, run here: refused without its token, served with one
+    local = [tool("dormantd"), "--backend", "host", "--keep", "1MiB", "--discard", "1MiB",
+             *cmd[1:]]
+    local[local.index("--listen") + 1] = "0.0.0.0:0"
+    missing = tmp_path / "none" / "token"
+    local[local.index("--token-file") + 1] = str(missing)
+    p = subprocess.run(local, capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2 and str(missing) in p.stderr, p.stderr
+    without = [a for i, a in enumerate(local) if a != "--token-file" and
+               local[i - 1] != "--token-file"]
+    p = subprocess.run(without, capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2 and "without a token" in p.stderr, p.stderr
 
 
 def test_probe_commands_run(trainer, daemon):
@@ -471,7 +546,7 @@ def test_live_metrics_pass_promtool_and_hold_what_we_use(daemon):
 
 
 PHASES = ("sync", "host_prep", "host_pin", "host_wait", "copy", "release", "map", "map_wait",
-          "zero_wait")
+          "zero_wait", "comms")
 
 
 def test_live_phase_seconds_sum_every_transition(daemon):

@@ -93,3 +93,22 @@ def test_whole_process_capture(note):
         pytest.skip("no tools/dormant-run beside $DORMANT_LIB (this build has no "
                     "whole-process capture, the LD_PRELOAD shim of cudaMalloc/cudaFree)")
     run_program("whole_process", note, capture=True)
+
+
+def test_disable_while_paused_under_capture(note):
+    """tms: training_engine pattern, a tensor made inside disable() while paused works"""
+    if capture_wrapper() is None:
+        pytest.skip("no tools/dormant-run beside $DORMANT_LIB")
+    run_program("disable_while_paused", note, capture=True)
+
+
+def test_weight_sync_under_capture(note):
+    """tms: slime's weight update (disable + zero_copy backups + fresh buffers) and DeepEP"""
+    if capture_wrapper() is None:
+        pytest.skip("no tools/dormant-run beside $DORMANT_LIB")
+    run_program("weight_sync", note, capture=True)
+
+
+def test_weight_sync_torch_mode(note):
+    """tms: slime's weight update in hook mode torch"""
+    run_program("weight_sync", note)

@@ -246,6 +246,65 @@ def whole_process():
     assert same_bits(outside, c_out), "memory outside regions is kept (tag 'default')"
 
 
+def disable_while_paused():
+    """torch_memory_saver's training_engine pattern under whole-process
+    capture: everything paused, then a tensor allocated inside disable() and
+    used by kernels; its memory goes back when disable() ends."""
+    weights = random_bits(256 * MiB, torch.uint8, 40)     # captured, outside regions
+    expected = weights.clone()
+    torch.cuda.synchronize()
+    torch_memory_saver.pause()
+    paused = free_bytes()
+    with torch_memory_saver.disable():
+        scratch = torch.full((GiB,), 53, dtype=torch.uint8, device="cuda")
+        out = scratch.float().mean().item()
+        assert out == 53, out
+        assert free_bytes() <= paused - GiB
+        del scratch
+    after = free_bytes()
+    note(f"disable() while paused: 1 GiB used and given back ({(paused - after) / MiB:.0f} MiB "
+         f"still held after it)")
+    assert after >= paused - 16 * MiB, (paused, after)
+    torch_memory_saver.resume()
+    assert same_bits(weights, expected)
+
+
+def weight_sync():
+    """slime's weight update while the trainer is paused: inside disable(),
+    each parameter's host copy by get_cpu_backup(zero_copy=True) is sent
+    through a fresh GPU buffer; the DeepEP pattern (interesting region off
+    around a buffer that must stay ordinary memory) beside it."""
+    torch_memory_saver._ensure_initialized()
+    cdll = torch_memory_saver._impl._binary_wrapper.cdll
+    cdll.tms_set_interesting_region(False)
+    try:
+        ipc_buffer = torch.full((64 * MiB,), 7, dtype=torch.uint8, device="cuda")
+    finally:
+        cdll.tms_set_interesting_region(True)
+    with torch_memory_saver.region("default", enable_cpu_backup=True):
+        params = [random_bits(n, dtype, 50 + i) for i, (n, dtype) in
+                  enumerate([(64 * MiB, torch.bfloat16), (3 * MiB + 5, torch.float32),
+                             (1000, torch.bfloat16)])]
+    expected = [p.clone() for p in params]
+    torch_memory_saver.pause()
+    views = 0
+    with torch_memory_saver.disable():
+        for p, want in zip(params, expected):
+            host = torch_memory_saver.get_cpu_backup(p, zero_copy=True)
+            assert host is not None and host.device.type == "cpu"
+            assert host.shape == p.shape and host.dtype == p.dtype
+            fresh = host.to("cuda")                  # a fresh GPU buffer while paused
+            assert same_bits(fresh, want)
+            views += 1
+            del fresh
+        assert int(ipc_buffer[12345].item()) == 7    # ordinary memory works while paused
+    torch_memory_saver.resume()
+    for p, want in zip(params, expected):
+        assert same_bits(p, want)
+    assert torch_memory_saver.get_cpu_backup(params[0]) is None
+    note(f"weight sync: {views} parameters read from their host copies while paused")
+
+
 def blocked_resume():
     """A resume while another process holds the GPU memory: OutOfMemoryError
     (where torch_memory_saver exits), the tag stays paused, and the same
@@ -316,7 +375,8 @@ def http():
 
 
 SCENARIOS = {f.__name__: f for f in (one_tag, several_tags, cpu_backup, nested_no_backup,
-                                     cuda_graph, training, whole_process, blocked_resume, http)}
+                                     cuda_graph, training, whole_process, blocked_resume, http,
+                                     disable_while_paused, weight_sync)}
 
 if __name__ == "__main__":
     name = sys.argv[1]

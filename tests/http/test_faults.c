@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The fault switch (the faults option, $DORMANT_FAULTS): device faults
- * rehearsed over HTTP, nothing lost. */
+/* The fault switch (the faults option; never $DORMANT_FAULTS): device
+ * faults rehearsed over HTTP, nothing lost, never hidden. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -117,27 +117,58 @@ Test(faults, unfired_rule_does_not_outlive_its_transition)
 	fixture_stop(&f);
 }
 
-/* $DORMANT_FAULTS for an embedded server that gives no faults option; "" in
- * the option turns it off. */
-Test(faults, from_the_environment)
+/* $DORMANT_FAULTS arms nothing: an inherited variable must not make a
+ * trainer's sleeps fail (issue 25); only the faults option does. */
+Test(faults, never_from_the_environment)
 {
-	struct fixture_config off = { .server = { .faults = "" } };
+	struct fixture_config on = { .server = { .faults = "wake:create" } };
 	struct fixture f;
 
 	cr_assert_eq(setenv("DORMANT_FAULTS", "wake:create", 1), 0);
 	fixture_start(&f, NULL);
 	post_expect(&f, "/sleep", 200, NULL);
-	post_expect(&f, "/wake", 503, "out-of-memory");
-	fixture_stop(&f);
-	fixture_start(&f, &off);
-	post_expect(&f, "/sleep", 200, NULL);
 	post_expect(&f, "/wake", 200, NULL);
 	fixture_stop(&f);
 	unsetenv("DORMANT_FAULTS");
-	/* none set: no fault (the default) */
-	fixture_start(&f, NULL);
+	/* the option does */
+	fixture_start(&f, &on);
 	post_expect(&f, "/sleep", 200, NULL);
-	post_expect(&f, "/wake", 200, NULL);
+	post_expect(&f, "/wake", 503, "out-of-memory");
+	fixture_stop(&f);
+}
+
+/* Armed faults are never hidden: /stats and /metrics say so. */
+Test(faults, armed_shows_in_stats_and_metrics)
+{
+	struct fixture_config on = { .server = { .faults = "any:copy:2:EIO:0" } };
+	struct fixture f;
+	struct http_response r;
+	json_t *doc, *faults;
+
+	fixture_start(&f, &on);
+	http_get(&f, "/stats", &r);
+	doc = http_json(&r);
+	http_response_free(&r);
+	faults = json_object_get(doc, "faults");
+	cr_assert(json_is_true(json_object_get(faults, "armed")));
+	cr_expect_str_eq(json_string_value(json_object_get(faults, "rules")), "any:copy:2:EIO:0");
+	json_decref(doc);
+	http_get(&f, "/metrics", &r);
+	cr_expect(strstr(r.body, "\ndormant_faults_armed 1\n"), "%s", r.body);
+	http_response_free(&r);
+	fixture_stop(&f);
+
+	fixture_start(&f, NULL);
+	http_get(&f, "/stats", &r);
+	doc = http_json(&r);
+	http_response_free(&r);
+	faults = json_object_get(doc, "faults");
+	cr_assert(json_is_false(json_object_get(faults, "armed")));
+	cr_expect(json_is_null(json_object_get(faults, "rules")));
+	json_decref(doc);
+	http_get(&f, "/metrics", &r);
+	cr_expect(strstr(r.body, "\ndormant_faults_armed 0\n"), "%s", r.body);
+	http_response_free(&r);
 	fixture_stop(&f);
 }
 
@@ -147,6 +178,8 @@ Test(faults, bad_rules_are_refused)
 		"wake", "wake:bogus", "later:copy", "wake:create:0", "wake:create:x",
 		"wake:create:1:EWHAT", "wake:create:1:EIO:-1", "wake:create:1:EIO:1:extra",
 		"wake:create,wake:create", ",", "sleep:copy:1:0",
+		/* never called there: such a rule would never fire */
+		"sleep:create", "sleep:map", "wake:host-alloc", "sleep:map:2:EIO:0",
 	};
 	struct fixture_config config = { .no_server = true };
 	struct fixture f;
@@ -162,9 +195,23 @@ Test(faults, bad_rules_are_refused)
 		cr_assert_null(s);
 		cr_assert(strstr(dormant_last_error(), "fault"), "%s", dormant_last_error());
 	}
-	/* and $DORMANT_FAULTS the same way */
-	cr_assert_eq(setenv("DORMANT_FAULTS", "wake:bogus", 1), 0);
-	cr_assert_eq(dormant_server_options_check(NULL), -EINVAL);
-	unsetenv("DORMANT_FAULTS");
+	fixture_stop(&f);
+}
+
+/* Disk copies are created and written by sleeps and read by wakes: a disk
+ * rule is taken for both kinds (its op_calls entry; a missing one refuses). */
+Test(faults, disk_rules_are_taken_for_sleeps_and_wakes)
+{
+	static const char *const good[] = { "sleep:disk", "wake:disk", "any:disk:2:ENOSPC:0" };
+	struct fixture_config config = { .no_server = true };
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		struct test_server_options opts = { .listen = "127.0.0.1:0", .faults = good[i],
+						       .quiet = true };
+
+		cr_expect_eq(test_server_check(&opts), 0, "'%s': %s", good[i], dormant_last_error());
+	}
 	fixture_stop(&f);
 }

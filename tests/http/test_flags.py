@@ -160,9 +160,31 @@ def test_dormantd_options_apply_and_are_listed():
         assert word in p.stdout, word
 
 
-def test_environment_faults_are_checked_too():
-    p = run('dormantd', '--backend', 'host', '--quiet', env={'DORMANT_FAULTS': 'soon:copy'})
-    one_line_error(p, 'fault rule')
+def test_rules_that_would_never_fire_are_refused():
+    for rule, fires in (('sleep:create', 'wake'), ('sleep:map', 'wake'),
+                        ('wake:host-alloc', 'sleep')):
+        p = run('dormantd', '--backend', 'host', '--quiet', '--fault', rule)
+        one_line_error(p, f'fault rule {rule} would never fire', f'fires at {fires}')
+
+
+def test_no_token_beyond_loopback_is_refused_unless_insecure_no_auth(tmp_path):
+    p = run('dormantd', '--backend', 'host', '--quiet', '--listen', '0.0.0.0:0')
+    one_line_error(p, 'refusing to listen on 0.0.0.0:0 without a token',
+                   'insecure_no_auth (--insecure-no-auth)')
+    p = run('dormantd', '--backend', 'host', '--quiet', '--listen', '0.0.0.0:0',
+            '--token', 'REPLACE-ME-openssl-rand-hex-32')
+    one_line_error(p, 'placeholder')
+    # said explicitly: it starts, and says so on stderr even when quiet
+    for extra, env in ((['--insecure-no-auth'], {}), ([], {'DORMANT_INSECURE_NO_AUTH': '1'}),
+                       (['--token', 's3cret'], {})):
+        d = Dormantd(PROGRAMS['dormantd'], tmp_path, 'open', '--listen', '0.0.0.0:0', *extra,
+                     env=env)
+        try:
+            assert get(d, '/healthz')[0] in (200, 401)
+            warned = 'warning: no authentication on http://0.0.0.0:' in d.output()
+            assert warned == ('--token' not in extra), d.output()
+        finally:
+            assert d.stop() == 0, d.output()
 
 
 # ---- the fault switch over HTTP ---------------------------------------------
@@ -211,10 +233,25 @@ def test_fault_flag_rehearses_a_failed_wake(tmp_path):
         assert d.stop() == 0, d.output()
 
 
-def test_fault_environment_rehearses_a_failed_sleep(tmp_path):
+def test_fault_environment_arms_nothing_and_the_flag_is_never_hidden(tmp_path):
     d = Dormantd(PROGRAMS['dormantd'], tmp_path, 'envfault',
                  env={'DORMANT_FAULTS': 'sleep:copy:1:EIO:2'})
     try:
+        assert post(d, '/sleep')[0] == 200
+        assert post(d, '/wake')[0] == 200
+        assert get(d, '/stats')[1]['faults'] == {'armed': False, 'rules': None}
+        assert '$DORMANT_FAULTS is ignored' in d.output(), d.output()
+    finally:
+        assert d.stop() == 0, d.output()
+    d = Dormantd(PROGRAMS['dormantd'], tmp_path, 'flagfault', '--fault', 'sleep:copy:1:EIO:2')
+    try:
+        # logged at start, quiet or not; shown in /stats and /metrics
+        assert 'fault injection armed (a test tool): sleep:copy:1:EIO:2' in d.output()
+        assert get(d, '/stats')[1]['faults'] == {'armed': True, 'rules': 'sleep:copy:1:EIO:2'}
+        c = http.client.HTTPConnection('127.0.0.1', d.port, timeout=30)
+        c.request('GET', '/metrics')
+        assert '\ndormant_faults_armed 1\n' in c.getresponse().read().decode()
+        c.close()
         for _ in range(2):
             status, body = post(d, '/sleep')
             assert status == 500 and body['type'].endswith('device-error'), body

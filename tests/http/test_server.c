@@ -3,6 +3,7 @@
  * access log. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <criterion/redirect.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,27 +127,58 @@ Test(server, port_zero_and_address_in_use)
 Test(server, port_file_holds_the_port_whole)
 {
 	struct fixture f;
-	char dir[] = "/tmp/dormant-port-XXXXXX", path[128], tmp[140], text[32] = "";
+	char dir[] = "/tmp/dormant-port-XXXXXX", path[128], tmp[140], victim[140], text[32] = "";
+	struct dirent *entry;
 	FILE *file;
+	DIR *d;
 
 	fixture_start(&f, NULL);
 	cr_assert_not_null(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/port", dir);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	/* a link planted at the name the writer once used as its temporary:
+	 * never written through (issue 25) */
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	file = fopen(victim, "w");
+	cr_assert_not_null(file);
+	fputs("untouched\n", file);
+	fclose(file);
+	cr_assert_eq(symlink(victim, tmp), 0);
 	cr_assert_eq(dormant_server_write_port_file(f.server, path), 0);
+	file = fopen(victim, "r");
+	cr_assert_not_null(fgets(text, sizeof(text), file));
+	fclose(file);
+	cr_expect_str_eq(text, "untouched\n");
+	unlink(tmp);
+	/* and the file itself a link: replaced, not followed */
+	unlink(path);
+	cr_assert_eq(symlink(victim, path), 0);
+	cr_assert_eq(dormant_server_write_port_file(f.server, path), 0);
+	file = fopen(victim, "r");
+	cr_assert_not_null(fgets(text, sizeof(text), file));
+	fclose(file);
+	cr_expect_str_eq(text, "untouched\n");
 	file = fopen(path, "r");
 	cr_assert_not_null(file);
 	cr_assert_not_null(fgets(text, sizeof(text), file));
 	fclose(file);
 	cr_expect_eq(atoi(text), dormant_server_port(f.server));
 	cr_expect_eq(text[strlen(text) - 1], '\n');
-	cr_expect_neq(access(tmp, F_OK), 0, "the temporary name is gone");
+	/* no temporary file is left behind */
+	d = opendir(dir);
+	cr_assert_not_null(d);
+	while ((entry = readdir(d)))
+		cr_expect(entry->d_name[0] == '.' || strcmp(entry->d_name, "port") == 0 ||
+				  strcmp(entry->d_name, "victim") == 0,
+			  "left behind: %s", entry->d_name);
+	closedir(d);
 	cr_expect_eq(dormant_server_write_port_file(NULL, path), -EINVAL);
 	cr_expect_eq(dormant_server_write_port_file(f.server, NULL), -EINVAL);
 	snprintf(path, sizeof(path), "%s/missing/port", dir);
 	cr_expect_eq(dormant_server_write_port_file(f.server, path), -ENOENT);
 	snprintf(path, sizeof(path), "%s/port", dir);
 	unlink(path);
+	unlink(victim);
 	rmdir(dir);
 	fixture_stop(&f);
 }
@@ -676,15 +708,22 @@ Test(server, access_log_one_line_per_request, .init = cr_redirect_stderr)
 	http_response_free(&r);
 	http_post(&f, "/sleep", NULL, &r);
 	http_response_free(&r);
-	http_get(&f, "/no%01such", &r);
+	http_get(&f, "/no%01such%1b", &r);
+	http_response_free(&r);
+	/* control characters in the method never reach the log raw */
+	http_do(&f, &(struct http_request){ .method = "G\033T\177\\", .path = "/x%0d%0a" }, &r);
 	http_response_free(&r);
 	fixture_stop(&f); /* every request has completed */
 	fflush(stderr);
 	log = read_all(cr_get_redirected_stderr());
 	cr_assert(strstr(log, "dormant: GET /healthz 200 "), "%s", log);
 	cr_assert(strstr(log, "dormant: POST /sleep 200 "), "%s", log);
-	cr_assert(strstr(log, "dormant: GET /no?such 404 "), "%s", log);
+	cr_assert(strstr(log, "dormant: GET /no\\x01such\\x1b 404 "), "%s", log);
+	cr_assert(strstr(log, "dormant: G\\x1bT\\x7f\\x5c /x\\x0d\\x0a "), "%s", log);
 	cr_assert(strstr(log, " ms\n"), "%s", log);
+	for (const char *p = log; *p; p++)
+		cr_assert(*p == '\n' || ((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f),
+			  "a raw byte 0x%02x in the log: %s", (unsigned char)*p, log);
 	free(log);
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dormant-server.h"
 
@@ -37,6 +38,7 @@ static const struct row {
 	{ "token", "", "s3cret", NULL, "two words" },
 	{ "token_file", "", "/etc/token", NULL, "" },
 	{ "open_probes", "false", "yes", "true", "perhaps" },
+	{ "insecure_no_auth", "false", "1", "true", "maybe" },
 	{ "threads", "4", "8", NULL, "257" },
 	{ "max_connections", "64", "1000", NULL, "65537" },
 	{ "max_connections_per_ip", "32", "7", NULL, "0" },
@@ -215,10 +217,12 @@ Test(server_options, environment_unless_set)
 	setenv("DORMANT_FAULTS", "wake:map", 1);
 	setenv("DORMANT_TOKEN", "from-env", 1);
 	setenv("DORMANT_PUBLISH", "0", 1);
-	cr_expect_str_eq(get(o, "faults"), "wake:map");
+	/* the fault switch is never armed from the environment (issue 25) */
+	cr_expect_str_eq(get(o, "faults"), "", "$DORMANT_FAULTS armed faults");
 	cr_expect_str_eq(get(o, "token"), "from-env");
-	cr_assert_eq(dormant_server_options_set(o, "faults", ""), 0);
-	cr_expect_str_eq(get(o, "faults"), "", "an empty faults option beats $DORMANT_FAULTS");
+	cr_assert_eq(dormant_server_options_set(o, "faults", "wake:map"), 0);
+	cr_expect_str_eq(get(o, "faults"), "wake:map");
+	cr_assert_eq(dormant_server_options_set(o, "faults", NULL), 0);
 	/* an explicit token_file beats $DORMANT_TOKEN */
 	cr_assert_eq(dormant_server_options_set(o, "token_file", "/nonexistent/token"), 0);
 	cr_expect_str_eq(get(o, "token"), "");
@@ -226,36 +230,89 @@ Test(server_options, environment_unless_set)
 	cr_expect(strstr(dormant_last_error(), "/nonexistent/token"), "%s", dormant_last_error());
 	cr_assert_eq(dormant_server_options_set(o, "token_file", NULL), 0);
 	cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
-	/* a bad variable is named at check */
+	/* a bad $DORMANT_FAULTS is no error: it is not read */
 	setenv("DORMANT_FAULTS", "wake:nothing", 1);
-	cr_assert_eq(dormant_server_options_set(o, "faults", NULL), 0);
-	cr_expect_eq(dormant_server_options_check(o), -EINVAL);
-	cr_expect(strstr(dormant_last_error(), "$DORMANT_FAULTS"), "%s", dormant_last_error());
+	cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
 	unsetenv("DORMANT_FAULTS");
+	/* a bad variable is named at check */
+	setenv("DORMANT_INSECURE_NO_AUTH", "perhaps", 1);
+	cr_expect_eq(dormant_server_options_check(o), -EINVAL);
+	cr_expect(strstr(dormant_last_error(), "$DORMANT_INSECURE_NO_AUTH"), "%s",
+		  dormant_last_error());
+	unsetenv("DORMANT_INSECURE_NO_AUTH");
 	setenv("DORMANT_PUBLISH", "relative/dir", 1);
 	cr_expect_eq(dormant_server_options_check(o), -EINVAL);
 	cr_expect(strstr(dormant_last_error(), "$DORMANT_PUBLISH"), "%s", dormant_last_error());
 	dormant_server_options_destroy(o);
 }
 
-Test(server_options, checks_across_options)
+/* Safe by default (issue 25): no token is fine on loopback and Unix sockets
+ * only, unless insecure_no_auth (or its variable) says so. */
+Test(server_options, no_token_beyond_loopback_needs_insecure_no_auth)
 {
+	static const char *const local[] = { "127.0.0.1:0", "127.0.0.2:0", "[::1]:0",
+					     "localhost:0" };
+	static const char *const exposed[] = { "0.0.0.0:0", "[::]:0" };
 	struct dormant_server_options *o = fresh();
 
+	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
+		cr_assert_eq(dormant_server_options_set(o, "listen", local[i]), 0);
+		cr_expect_eq(dormant_server_options_check(o), 0, "%s: %s", local[i],
+			     dormant_last_error());
+	}
+	for (size_t i = 0; i < sizeof(exposed) / sizeof(exposed[0]); i++) {
+		cr_assert_eq(dormant_server_options_set(o, "listen", exposed[i]), 0);
+		cr_expect_eq(dormant_server_options_check(o), -EINVAL, "%s", exposed[i]);
+		cr_expect(strstr(dormant_last_error(), "without a token") &&
+				  strstr(dormant_last_error(), "insecure_no_auth") &&
+				  strstr(dormant_last_error(), exposed[i]),
+			  "%s", dormant_last_error());
+		/* a token, the explicit option, or its variable */
+		cr_assert_eq(dormant_server_options_set(o, "token", "s3cret"), 0);
+		cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
+		cr_assert_eq(dormant_server_options_set(o, "token", NULL), 0);
+		cr_assert_eq(dormant_server_options_set(o, "insecure_no_auth", "true"), 0);
+		cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
+		cr_assert_eq(dormant_server_options_set(o, "insecure_no_auth", NULL), 0);
+		setenv("DORMANT_INSECURE_NO_AUTH", "1", 1);
+		cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
+		unsetenv("DORMANT_INSECURE_NO_AUTH");
+		cr_expect_eq(dormant_server_options_check(o), -EINVAL);
+	}
+	cr_assert_eq(dormant_server_options_set(o, "listen", NULL), 0);
+	cr_assert_eq(dormant_server_options_set(o, "unix_path", "/tmp/never.sock"), 0);
 	cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
-	cr_expect_eq(dormant_server_options_check(NULL), 0, "%s", dormant_last_error());
-	cr_assert_eq(dormant_server_options_parse(o, "threads=8,max_connections=4"), 0);
+	dormant_server_options_destroy(o);
+}
+
+/* deploy/kubernetes/secret.yaml's placeholder is no token. */
+Test(server_options, the_placeholder_token_is_refused)
+{
+	struct dormant_server_options *o = fresh();
+	char path[] = "/tmp/dormant-token-XXXXXX";
+	FILE *f;
+	int fd;
+
+	cr_expect_eq(dormant_server_options_set(o, "token", "REPLACE-ME-openssl-rand-hex-32"),
+		     -EINVAL);
+	cr_expect(strstr(dormant_last_error(), "placeholder"), "%s", dormant_last_error());
+	cr_expect_eq(dormant_server_options_set(o, "token", "replace-me"), -EINVAL);
+	cr_expect_str_eq(get(o, "token"), "");
+	/* from a file, as the manifests pass it */
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w");
+	fputs("  REPLACE-ME-openssl-rand-hex-32\n", f);
+	fclose(f);
+	cr_assert_eq(dormant_server_options_set(o, "token_file", path), 0);
 	cr_expect_eq(dormant_server_options_check(o), -EINVAL);
-	cr_expect(strstr(dormant_last_error(), "max_connections"), "%s", dormant_last_error());
-	/* the default share per client follows a smaller max_connections */
-	cr_assert_eq(dormant_server_options_parse(o, "threads=4,max_connections=16"), 0);
-	cr_expect_eq(dormant_server_options_check(o), 0, "%s", dormant_last_error());
-	cr_assert_eq(dormant_server_options_set(o, "max_connections_per_ip", "32"), 0);
+	cr_expect(strstr(dormant_last_error(), "placeholder"), "%s", dormant_last_error());
+	/* from the environment */
+	cr_assert_eq(dormant_server_options_set(o, "token_file", NULL), 0);
+	setenv("DORMANT_TOKEN", "REPLACE-ME", 1);
 	cr_expect_eq(dormant_server_options_check(o), -EINVAL);
-	cr_expect(strstr(dormant_last_error(), "max_connections_per_ip"));
-	cr_assert_eq(dormant_server_options_set(o, "max_connections_per_ip", NULL), 0);
-	cr_assert_eq(dormant_server_options_parse(o, "listen=127.0.0.1:0,unix_path=/tmp/s"), 0);
-	cr_expect_eq(dormant_server_options_check(o), -EINVAL);
-	cr_expect(strstr(dormant_last_error(), "unix_path"), "%s", dormant_last_error());
+	cr_expect(strstr(dormant_last_error(), "placeholder"), "%s", dormant_last_error());
+	unsetenv("DORMANT_TOKEN");
+	unlink(path);
 	dormant_server_options_destroy(o);
 }

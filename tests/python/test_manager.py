@@ -17,7 +17,7 @@ def pattern(n, seed):
 
 def test_manager_basics(mgr):
     assert mgr.backend == "host"
-    assert mgr.host_mode in ("retain", "release")
+    assert mgr.host_mode in ("retain", "release", "reclaimable")
     assert mgr.device_count >= 1
     assert "host" in repr(mgr)
 
@@ -301,3 +301,44 @@ def test_verification_finds_a_corrupted_host_copy(mgr):
     assert mgr.copy_to_host(w, 4 * MiB) == data
     mgr.set_verify(False)
     assert mgr.stats()["verify"] is False
+
+
+def test_disk_policy_files_stats_faults_and_corruption(tmp_path):
+    """A "disk" tag's copy goes to files of disk_dir (named here, to count
+    them), shows as disk_bytes in the stats, comes back bit-identical; a
+    failed disk write rolls the sleep back with nothing lost, and a file
+    corrupted while asleep fails the wake until it is whole again."""
+    with dormant.Manager(backend="host", chunk_bytes="4MiB", staging_bytes="8MiB",
+                         disk_dir=tmp_path, disk_names=True) as m:
+        assert m.option("disk_dir") == str(tmp_path)
+        m.set_policy("cold", "disk")
+        p = m.alloc("cold", 6 * MiB)
+        data = pattern(6 * MiB, 9)
+        m.copy_to_device(p, data)
+
+        m.debug_inject_fault("disk", 2, -errno.ENOSPC)
+        with pytest.raises(dormant.DormantError) as e:
+            m.sleep()
+        assert e.value.errno == errno.ENOSPC and "disk" in e.value.message
+        assert m.stats()["tags"][0]["state"] == "awake" and os.listdir(tmp_path) == []
+        assert m.copy_to_host(p, 6 * MiB) == data
+
+        m.sleep()
+        stats = m.stats()
+        (cold,) = [t for t in stats["tags"] if t["tag"] == "cold"]
+        assert cold["policy"] == "disk" and cold["host_bytes"] == 0
+        assert cold["disk_bytes"] >= 6 * MiB and stats["totals"]["disk_bytes"] == cold["disk_bytes"]
+        assert sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path)) == cold["disk_bytes"]
+        m.debug_corrupt_host(p + 5 * MiB, 0x10)
+        with pytest.raises(dormant.DeviceError) as e:
+            m.wake()
+        assert "disk copy changed" in e.value.message
+        m.debug_corrupt_host(p + 5 * MiB, 0x10)
+        m.wake()
+        assert m.copy_to_host(p, 6 * MiB) == data
+        assert os.listdir(tmp_path) == [] and m.stats()["totals"]["disk_bytes"] == 0
+        m.set_disk_dir(tmp_path / "missing")
+        with pytest.raises(dormant.DormantError) as e:
+            m.sleep()
+        assert e.value.errno == errno.ENOENT and "missing" in e.value.message
+        assert m.copy_to_host(p, 6 * MiB) == data

@@ -56,7 +56,8 @@ def test_text_bool_and_newer_options():
 def test_every_listed_option_is_taken():
     for o in dormant.options():
         value, reads = {"bool": (True, "true"), "size": ("8MiB", str(8 * MiB)),
-                        "int": (1, "1")}.get(o["type"], (None, None))
+                        "int": (1, "1"), "path": ("/var/tmp", "/var/tmp")}.get(o["type"],
+                                                                             (None, None))
         if o["type"] == "enum":
             value = reads = "host" if o["name"] == "backend" else o["values"][-1]
         assert value is not None, f"a type this test does not know: {o}"

@@ -10,6 +10,8 @@ from conftest import http
 
 import dormant
 from dormant import _library
+from dormant.client import Client
+from dormant.errors import InvalidArgumentError
 from dormant.manager import Manager
 
 
@@ -22,7 +24,9 @@ def test_the_list_comes_from_the_library():
     assert "listen" in by_name and "publish" in by_name
     assert by_name["token"]["env"] == "DORMANT_TOKEN"
     assert by_name["token_file"]["env"] == "DORMANT_TOKEN_FILE"
-    assert by_name["faults"]["env"] == "DORMANT_FAULTS"
+    # the fault switch is never armed from the environment (issue 25)
+    assert by_name["faults"]["env"] is None
+    assert by_name["insecure_no_auth"]["env"] == "DORMANT_INSECURE_NO_AUTH"
     assert by_name["publish"]["env"] == "DORMANT_PUBLISH"
     assert by_name["threads"]["type"] == "int" and by_name["threads"]["default"] == "4"
     assert by_name["quiet"]["type"] == "bool"
@@ -76,3 +80,25 @@ def test_a_bad_option_is_named(mgr, kwargs, words):
     for word in words:
         assert word in str(e.value), (word, str(e.value))
     assert not mgr._servers
+
+
+def test_serve_never_reads_faults_from_the_environment(mgr, monkeypatch):
+    monkeypatch.setenv("DORMANT_FAULTS", "wake:create")
+    mgr.alloc("weights", 1 << 20)
+    with mgr.serve(quiet=True) as s:
+        assert http("POST", s.url + "/sleep").status == 200
+        assert http("POST", s.url + "/wake").status == 200
+        c = Client([s.url], timeout=10, retries=0)
+        assert c.stats()[0].body["faults"] == {"armed": False, "rules": None}
+
+
+def test_serve_beyond_loopback_needs_a_token_or_insecure_no_auth(mgr, monkeypatch):
+    monkeypatch.delenv("DORMANT_TOKEN", raising=False)
+    monkeypatch.delenv("DORMANT_TOKEN_FILE", raising=False)
+    monkeypatch.delenv("DORMANT_INSECURE_NO_AUTH", raising=False)
+    with pytest.raises(InvalidArgumentError, match="without a token"):
+        mgr.serve("0.0.0.0", quiet=True)
+    with mgr.serve("0.0.0.0", quiet=True, insecure_no_auth=True) as s:
+        assert s.port > 0
+    with pytest.raises(InvalidArgumentError, match="placeholder"):
+        mgr.serve("0.0.0.0", quiet=True, token="REPLACE-ME-openssl-rand-hex-32")

@@ -5,6 +5,7 @@ allocations call the real dormant_torch_malloc() of a host-backend manager.
 What is checked is where the memory really lands and what comes back after a
 pause and a resume: the manager's statistics and the bytes themselves."""
 import contextlib
+import ctypes
 import importlib
 import os
 import subprocess
@@ -54,11 +55,52 @@ class FakeTorchTMS(FakeTorch):
         self.cuda.graph = graph
         self.cuda.CUDAGraph = type("CUDAGraph", (), {})
 
+        self.uint8 = self.dtype()
+        self.empty = lambda shape, dtype=None, device=None: CpuTensor(bytearray(shape[0]))
+        self.frombuffer = lambda buf, dtype=None: CpuTensor(buf)
+
     def alloc(self, nbytes):
         routes = self._routes()
         if routes and routes[0].allocator is None:
             return routes[0], None   # cudaMalloc: whatever captures it
         return super().alloc(nbytes)
+
+
+class CpuTensor:
+    """A stand-in CPU tensor of bytes over a buffer (bytearray or ctypes)."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.shape = (len(buf),)
+
+    def data_ptr(self):
+        return ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
+
+    def view(self, _):
+        return self
+
+    def tobytes(self):
+        return bytes(self.buf)
+
+
+class DeviceTensor:
+    """A stand-in contiguous uint8 CUDA tensor at a managed address."""
+
+    def __init__(self, fake, ptr, nbytes):
+        self.ptr, self.nbytes = ptr, nbytes
+        self.dtype, self.shape = fake.uint8, (nbytes,)
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return self.nbytes
+
+    def element_size(self):
+        return 1
+
+    def data_ptr(self):
+        return self.ptr
 
 
 @pytest.fixture
@@ -193,14 +235,27 @@ def test_bad_arguments_change_nothing(env):
 
 
 @needs_policy
-def test_disable_goes_to_ordinary_memory(env):
+def test_disable_goes_to_a_fresh_ordinary_pool_given_back_after(env):
+    """disable(): a pool of PyTorch's own allocator made for it (never one
+    holding cached blocks of paused memory), the thread's tag reset and its
+    capture off; everything back after."""
     fake, mgr, tms = env
+    cdll = tms._impl._binary_wrapper.cdll
     with tms.region("weights", enable_cpu_backup=True):
+        assert cdll.tms_get_interesting_region()
         with tms.disable():
-            assert fake.alloc(MiB) == (None, None)
+            pool, ptr = fake.alloc(MiB)
+            assert ptr is None and pool.allocator is None   # cudaMalloc, not dormant
             assert thread_tag(mgr) == "default"
-        pool, _ = fake.alloc(MiB)
-    assert policy_pool_key(mgr, pool)[0] == "weights"
+            assert not cdll.tms_get_interesting_region()    # not captured either
+        with tms.disable():
+            again, _ = fake.alloc(MiB)
+        assert again is not pool
+        assert cdll.tms_get_interesting_region()
+        weights_pool, _ = fake.alloc(MiB)
+    assert policy_pool_key(mgr, weights_pool)[0] == "weights"
+    assert all(p is not pool for p in mgr._torch.policy_pools.values())
+    assert fake._routes() == []
 
 
 @needs_policy
@@ -349,22 +404,46 @@ def test_preload_mode_sets_only_tag_and_policy(env, monkeypatch):
     assert policy_pool_key(mgr, pool) == ("weights", "keep", 0, "plain")
 
 
-def test_memory_margin_said_once(env):
+def test_memory_margin_refuses_a_resume_and_loses_nothing(env):
     fake, mgr, tms = env
-    with pytest.warns(RuntimeWarning, match="memory_margin_bytes"):
-        tms.memory_margin_bytes = 1 << 30
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        tms.memory_margin_bytes = 2 << 30
-    assert tms.memory_margin_bytes == 2 << 30
+    with tms.region("w", enable_cpu_backup=True):
+        _, ptr = fake.alloc(16 * MiB)
+    mgr.copy_to_device(ptr, pattern(16 * MiB, 7))
+    tms.pause("w")
+    free = mgr.stats()["devices"][0]["free_bytes"]
+    tms.memory_margin_bytes = free - 8 * MiB   # waking 16 MiB would leave less
+    assert tms.memory_margin_bytes == free - 8 * MiB
+    with pytest.raises(dormant.OutOfMemoryError, match="memory_margin_bytes"):
+        tms.resume("w")
+    assert tags(mgr)["w"]["state"] == "asleep"
+    assert tags(mgr)["w"]["device_bytes"] == 0          # nothing was mapped
+    tms.memory_margin_bytes = free - 32 * MiB
+    tms.resume("w")                                     # the retry works
+    assert mgr.copy_to_host(ptr, 16 * MiB) == pattern(16 * MiB, 7)
+    with pytest.raises(dormant.InvalidArgumentError):
+        tms.memory_margin_bytes = -1
 
 
-def test_retain_cpu_backup(env, monkeypatch):
+@needs_policy
+def test_retain_cpu_backup_switches_the_running_manager(env, monkeypatch):
     fake, mgr, tms = env
-    assert tms.retain_cpu_backup is (mgr.host_mode == "retain")
-    other = "release" if mgr.host_mode == "retain" else "retain"
-    with pytest.warns(RuntimeWarning, match="retain_cpu_backup"):
-        tms.retain_cpu_backup = other == "retain"
+    with tms.region("w", enable_cpu_backup=True):
+        _, ptr = fake.alloc(MiB)
+    x = DeviceTensor(fake, ptr, MiB)
+    mgr.copy_to_device(ptr, pattern(MiB, 3))
+    tms.retain_cpu_backup = True
+    assert tms.retain_cpu_backup and mgr.host_mode == "retain"
+    tms.pause()
+    first = tms.get_cpu_backup(x, zero_copy=True)
+    tms.resume()
+    kept = tms.get_cpu_backup(x, zero_copy=True)        # awake: the retained copy
+    assert kept is not None and kept.data_ptr() == first.data_ptr()
+    assert kept.tobytes() == pattern(MiB, 3)
+    tms.retain_cpu_backup = False
+    assert mgr.host_mode == "release"
+    tms.pause()
+    tms.resume()
+    assert tms.get_cpu_backup(x) is None                 # given back by that resume
     # Before the default manager exists it becomes its host mode.
     monkeypatch.setattr(dormant, "_default", None)
     monkeypatch.setattr(dormant, "_default_options", {})
@@ -372,24 +451,118 @@ def test_retain_cpu_backup(env, monkeypatch):
     assert dormant._default_options == {"host_mode": "retain"}
 
 
-def test_what_is_not_honoured_is_said(env):
+@needs_policy
+def test_get_cpu_backup_while_paused(env):
     fake, mgr, tms = env
-    with pytest.raises(dormant.UnsupportedError):
-        tms.get_cpu_backup(object())
-    with pytest.warns(RuntimeWarning, match="disk"):
-        tms.set_disk_backup_dir("/tmp/x")
+    with tms.region("w", enable_cpu_backup=True):
+        _, ptr = fake.alloc(4 * MiB)
+    with tms.region("g"):
+        _, grad = fake.alloc(MiB)
+    x = DeviceTensor(fake, ptr, 4 * MiB)
+    mgr.copy_to_device(ptr, pattern(4 * MiB, 8))
+    assert tms.get_cpu_backup(x) is None                 # awake
+    tms.pause()
+    copy = tms.get_cpu_backup(x)
+    assert isinstance(copy.buf, bytearray) and copy.tobytes() == pattern(4 * MiB, 8)
+    view = tms.get_cpu_backup(x, zero_copy=True)
+    assert view.data_ptr() == mgr.host_backup(ptr, 4 * MiB)
+    assert view.tobytes() == pattern(4 * MiB, 8)
+    assert tms.get_cpu_backup(DeviceTensor(fake, grad, MiB)) is None   # no backup
+    assert tms.get_cpu_backup(DeviceTensor(fake, 4096, 16)) is None    # not dormant's
+    tms.resume()
+    assert tms.get_cpu_backup(x) is None
 
 
 @needs_policy
-def test_disk_backup_is_kept_in_host_memory(env):
+def test_get_cpu_backup_of_a_packed_copy_is_a_copy_said_once(env):
+    """A mark inside the tensor: the host copy holds it in two pieces, so
+    zero_copy gives a copy (the marked bytes zero, as the resume gives them)."""
     fake, mgr, tms = env
-    with pytest.warns(RuntimeWarning, match="enable_disk_backup"):
+    with tms.region("w", enable_cpu_backup=True):
+        _, ptr = fake.alloc(4 * MiB)
+    data = pattern(4 * MiB, 9)
+    mgr.copy_to_device(ptr, data)
+    mgr.mark_unused(ptr + MiB, MiB)
+    tms.pause()
+    with pytest.warns(RuntimeWarning, match="in pieces"):
+        got = tms.get_cpu_backup(DeviceTensor(fake, ptr, 4 * MiB), zero_copy=True)
+    assert isinstance(got.buf, bytearray)
+    assert got.tobytes() == data[:MiB] + bytes(MiB) + data[2 * MiB:]
+    tms.resume()
+
+
+@needs_policy
+def test_mmap_backend_has_the_host_memory_back_when_resume_returns(env, monkeypatch):
+    """Release mode gives host copies back on worker threads; with the mmap
+    backend resume() returns only once they are back. The release is made
+    slow here: stats say the copy is still held for a few reads."""
+    fake, mgr, tms = env
+    with tms.region("m", enable_cpu_backup=True, cpu_backup_backend="mmap"):
+        _, ptr = fake.alloc(4 * MiB)
+    data = bytes(range(256)) * (4 * MiB // 256)
+    mgr.copy_to_device(ptr, data)
+    tms.pause()
+    assert tags(mgr)["m"]["host_bytes"] >= 4 * MiB
+    real_stats, held_reads = mgr.stats, []
+
+    def slow_release_stats():
+        st = real_stats()
+        m = next(t for t in st["tags"] if t["tag"] == "m")
+        if m["state"] == "awake" and len(held_reads) < 3:
+            held_reads.append(1)
+            m["host_bytes"] = 4096
+        return st
+
+    monkeypatch.setattr(mgr, "stats", slow_release_stats)
+    tms.resume()
+    assert len(held_reads) == 3                 # it waited through them
+    assert tags(mgr)["m"]["host_bytes"] == 0
+    assert mgr.copy_to_host(ptr, 4 * MiB) == data
+
+
+def test_the_c_library_is_reachable_as_in_torch_memory_saver(env):
+    fake, mgr, tms = env
+    cdll = tms._impl._binary_wrapper.cdll
+    with tms.region("kv", enable_cpu_backup=True, cpu_backup_backend="mmap"):
+        assert cdll.tms_get_current_tag() == b"kv"
+        assert cdll.tms_get_enable_cpu_backup() and not cdll.tms_get_enable_disk_backup()
+        assert cdll.tms_get_cpu_backup_backend() == b"mmap"
+        with tms.region("grads"):
+            assert cdll.tms_get_current_tag() == b"grads"
+            assert not cdll.tms_get_enable_cpu_backup()
+        assert cdll.tms_get_current_tag() == b"kv"
+    assert cdll.tms_get_current_tag() == b"default"
+    assert cdll.tms_get_cpu_backup_backend() == b"pinned"
+    assert isinstance(tms._impl._mem_pools, dict) and tms._impl._mem_pools
+
+
+def test_get_cpu_backup_of_what_is_no_tensor_is_a_clear_error(env):
+    fake, mgr, tms = env
+    with pytest.raises(dormant.InvalidArgumentError, match="needs a tensor"):
+        tms.get_cpu_backup(object())
+
+
+@needs_policy
+def test_disk_backup_goes_to_files_of_the_directory(env, tmp_path, monkeypatch):
+    fake, mgr, tms = env
+    monkeypatch.setenv("DORMANT_DISK_NAMES", "0")  # the manager exists: no effect
+    monkeypatch.setenv("TMS_DISK_BACKUP_CHUNK_MB", "1")
+    monkeypatch.delenv("DORMANT_DISK_CHUNK_BYTES", raising=False)
+    target = tmp_path / "made"  # created by set_disk_backup_dir(), as TMS does
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # honoured now: nothing to say
+        tms.set_disk_backup_dir(target)
         with tms.region("w", enable_disk_backup=True):
-            _, ptr = fake.alloc(MiB)
-    mgr.copy_to_device(ptr, pattern(MiB, 9))
+            _, ptr = fake.alloc(3 * MiB)
+    assert target.is_dir() and mgr.option("disk_dir") == str(target)
+    assert os.environ["DORMANT_DISK_CHUNK_BYTES"] == "1MiB"
+    mgr.copy_to_device(ptr, pattern(3 * MiB, 9))
     tms.pause("w")
+    w = tags(mgr)["w"]
+    assert w["host_bytes"] == 0 and w["disk_bytes"] >= 3 * MiB
     tms.resume("w")
-    assert mgr.copy_to_host(ptr, MiB) == pattern(MiB, 9)
+    assert mgr.copy_to_host(ptr, 3 * MiB) == pattern(3 * MiB, 9)
+    assert tags(mgr)["w"]["disk_bytes"] == 0
 
 
 def test_expandable_segments_refused(env, monkeypatch):
@@ -414,11 +587,17 @@ def test_configure_subprocess_uses_dormant_preload(monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.setenv("DORMANT_CAPTURE", "0")
     monkeypatch.setenv("DORMANT_LISTEN", "127.0.0.1:8787")
+    monkeypatch.delenv("TMS_INIT_ENABLE", raising=False)
     with module.configure_subprocess():
         assert os.environ["LD_PRELOAD"] == "/x/libdormant-preload.so"
         assert os.environ["DORMANT_CAPTURE"] == "1"
+        assert os.environ["TMS_INIT_ENABLE"] == "0"   # torch_memory_saver's: regions only
         assert "DORMANT_LISTEN" not in os.environ
     assert "LD_PRELOAD" not in os.environ and os.environ["DORMANT_CAPTURE"] == "0"
+    assert "TMS_INIT_ENABLE" not in os.environ
+    monkeypatch.setenv("TMS_INIT_ENABLE", "1")
+    with module.configure_subprocess():
+        assert os.environ["TMS_INIT_ENABLE"] == "1"
     assert os.environ["DORMANT_LISTEN"] == "127.0.0.1:8787"
 
 
@@ -490,7 +669,7 @@ def test_run_refuses_bad_usage():
     r = run_python(["-m", "dormant.run", "--torch-memory-saver", "--print-env"])
     assert r.returncode == 0
     line = next(x for x in r.stdout.splitlines() if x.startswith("PYTHONPATH="))
-    assert line.split("=", 1)[1].split(os.pathsep)[0].endswith("_shadow")
+    assert line.split("=", 1)[1].split(os.pathsep)[0].endswith("shadow")
 
 
 def test_capture_is_detected_as_dormant_run_sets_it(monkeypatch):

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Sleep and wake of GPU memory to disk: dormant's policy "disk" against
+torch_memory_saver's disk backup on the same data, and against the disk's own
+rate (dd with O_DIRECT) as the ceiling.
+
+    python3 bench/disk.py --dir DIR [--gib 16] [--cycles 3] [--tms-src SRC]
+        [--json FILE]
+
+DIR must be on the disk to measure (not tmpfs: that is host memory). Rows,
+each program in a process of its own:
+  - dd: `dd bs=64M oflag=direct` writing --gib GiB to DIR, then `iflag=direct`
+    reading it back (the page cache bypassed, as dormant's O_DIRECT files);
+  - dormant API: a tag with policy "disk" holding --gib GiB of random bytes,
+    Manager.sleep() and wake() (the reports' durations), checksums verified;
+  - dormant (the switch): torch_memory_saver's program (region(
+    enable_disk_backup=True), torch.randn bf16) under dormant.run
+    --torch-memory-saver;
+  - torch_memory_saver: the same program on torch_memory_saver built in place
+    in SRC (TMS_CUDA_MAJOR=13 python3 setup.py build_ext --inplace), hook_mode
+    "torch", with TMS_DISK_BACKUP_DIR=DIR.
+It prints a Markdown table: GB/s and seconds for write/sleep and read/wake
+(median of the cycles after the first, and the first), host memory while
+asleep (RSS above the start), whether the data came back intact. Nothing is
+downloaded; scripts/gpu-disk runs it on the GPU machine.
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+GiB = 1 << 30
+
+
+def rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def drop_caches():
+    """Best effort (root only): a read measured from the disk, not memory."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass
+
+
+def dd_row(directory, gib, cycles):
+    path = pathlib.Path(directory) / f"dormant-bench-dd-{os.getpid()}.bin"
+    count = int(gib * GiB) // (64 << 20)
+    out = {"label": "dd O_DIRECT (the disk's ceiling)", "cycles": []}
+    try:
+        for _ in range(cycles):
+            t0 = time.perf_counter()
+            subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64M", f"count={count}",
+                            "oflag=direct", "conv=fsync", "status=none"], check=True)
+            t1 = time.perf_counter()
+            drop_caches()
+            t2 = time.perf_counter()
+            subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=64M", "iflag=direct",
+                            "status=none"], check=True)
+            t3 = time.perf_counter()
+            out["cycles"].append({"sleep_s": t1 - t0, "wake_s": t3 - t2,
+                                  "bytes": count * (64 << 20), "intact": True,
+                                  "host_asleep_bytes": 0})
+    finally:
+        path.unlink(missing_ok=True)
+    return out
+
+
+def api_worker(directory, gib, cycles):
+    """dormant's own API, no torch: one tag of policy disk."""
+    sys.path.insert(0, str(REPO / "python"))
+    import dormant
+
+    size = int(gib * GiB)
+    piece = 256 << 20
+    m = dormant.Manager(backend=os.environ.get("DORMANT_BACKEND", "cuda"), disk_dir=directory,
+                        chunk_bytes="1GiB")
+    m.set_policy("cold", "disk")
+    ptr = m.alloc("cold", size)
+    block = os.urandom(piece)
+    for off in range(0, size, piece):
+        m.copy_to_device(ptr + off, block[:min(piece, size - off)])
+    rss0 = rss_bytes()
+    out = {"label": "dormant API, policy disk", "cycles": []}
+    for _ in range(cycles):
+        drop_caches()
+        s = m.sleep()
+        asleep = rss_bytes() - rss0
+        disk = m.stats()["totals"]["disk_bytes"]
+        drop_caches()
+        w = m.wake()
+        intact = (w.get("chunk_mismatches", 0) == 0 and w.get("chunks_verified", 0) > 0 and
+                  m.copy_to_host(ptr + size - piece, piece) == block[:piece])
+        out["cycles"].append({"sleep_s": s["duration_s"], "wake_s": w["duration_s"],
+                              "bytes": size, "disk_bytes": disk, "intact": intact,
+                              "host_asleep_bytes": asleep})
+    m.close()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def tms_worker(directory, gib, cycles):
+    """A torch_memory_saver program with disk backup (whichever library
+    answers to the name)."""
+    import torch
+    import torch_memory_saver as package
+    from torch_memory_saver import torch_memory_saver as tms
+
+    tms.hook_mode = "torch"
+    tms.set_disk_backup_dir(directory)
+    torch.cuda.init()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    with tms.region("default", enable_disk_backup=True):
+        x = torch.randn(int(gib * GiB) // 2, dtype=torch.bfloat16, device="cuda", generator=g)
+    checksum = int(x.view(torch.int16).sum(dtype=torch.int64))
+    torch.cuda.synchronize()
+    rss0 = rss_bytes()
+    lib = "dormant" if getattr(package, "__dormant__", False) else "torch_memory_saver"
+    out = {"label": lib, "cycles": []}
+    for _ in range(cycles):
+        drop_caches()
+        t0 = time.perf_counter()
+        tms.pause()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        asleep = rss_bytes() - rss0
+        drop_caches()
+        t2 = time.perf_counter()
+        tms.resume()
+        torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        out["cycles"].append({"sleep_s": t1 - t0, "wake_s": t3 - t2, "bytes": x.numel() * 2,
+                              "intact": int(x.view(torch.int16).sum(dtype=torch.int64)) ==
+                              checksum, "host_asleep_bytes": asleep})
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_row(label, cmd, env, timeout):
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"label": label, "error": f"no result in {timeout} s"}
+    line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if r.returncode != 0 or line is None:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-6:]
+        return {"label": label, "error": f"exit {r.returncode}: " + " | ".join(tail)}
+    result = json.loads(line[7:])
+    result["label"] = label
+    return result
+
+
+def summarize(row):
+    if "error" in row:
+        return f"| {row['label']} | failed: {row['error'][:300]} | | | | | | |"
+    cycles = row["cycles"]
+    later = cycles[1:] or cycles
+    med = lambda key: statistics.median(c[key] for c in later)  # noqa: E731
+    gbps = lambda key: statistics.median(c["bytes"] / c[key] / 1e9 for c in later)  # noqa: E731
+    host = max(c["host_asleep_bytes"] for c in cycles) / GiB
+    ok = all(c["intact"] for c in cycles)
+    return (f"| {row['label']} | {gbps('sleep_s'):.2f} | {med('sleep_s'):.2f} | "
+            f"{cycles[0]['sleep_s']:.2f} | {gbps('wake_s'):.2f} | {med('wake_s'):.2f} | "
+            f"{host:.2f} | {'yes' if ok else 'NO'} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", required=True, help="a directory on the disk to measure")
+    ap.add_argument("--gib", type=float, default=16)
+    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--tms-src", help="torch_memory_saver built in place (row left out without)")
+    ap.add_argument("--json", help="write every measurement here")
+    ap.add_argument("--timeout-s", type=int, default=600, help="per program")
+    ap.add_argument("--worker", choices=("api", "tms"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker == "api":
+        api_worker(args.dir, args.gib, args.cycles)
+        return 0
+    if args.worker == "tms":
+        tms_worker(args.dir, args.gib, args.cycles)
+        return 0
+
+    me = [sys.executable, str(pathlib.Path(__file__).resolve()), "--dir", args.dir,
+          "--gib", str(args.gib), "--cycles", str(args.cycles), "--worker"]
+    base = dict(os.environ)
+    base.pop("LD_PRELOAD", None)
+    path = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
+    ours = dict(base, PYTHONPATH=os.pathsep.join([str(REPO / "python")] + path))
+    switch = [sys.executable, "-m", "dormant.run", "--torch-memory-saver", "--"]
+    results = [dd_row(args.dir, args.gib, args.cycles)]
+    print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
+    rows = [("dormant API, policy disk", me + ["api"], ours),
+            ("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours)]
+    if args.tms_src:
+        theirs = dict(base, PYTHONPATH=os.pathsep.join(
+            [str(pathlib.Path(args.tms_src).resolve())] + path),
+            TMS_DISK_BACKUP_DIR=args.dir)
+        rows.append(("torch_memory_saver, enable_disk_backup", me + ["tms"], theirs))
+    for label, cmd, env in rows:
+        results.append(run_row(label, cmd, env, args.timeout_s))
+        print(f"# {label}: {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
+    print(f"{args.gib:g} GiB to {args.dir} and back, {args.cycles} cycles (page cache dropped "
+          f"before each direction where root may).\n")
+    print("| run | sleep/write GB/s | sleep s | first sleep s | wake/read GB/s | wake s "
+          "| host GiB asleep | intact |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in results:
+        print(summarize(row))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

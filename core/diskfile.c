@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* O_TMPFILE, O_DIRECT */
+#endif
+#include "diskfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "extent.h"
+
+/* A name in the directory for disk_names: unique within the process, the
+ * pid telling processes apart. */
+static char *name_new(const char *dir)
+{
+	static atomic_uint serial;
+	char *path;
+
+	if (asprintf(&path, "%s/dormant-%ld-%u.bin", dir, (long)getpid(),
+		     atomic_fetch_add(&serial, 1)) < 0)
+		return NULL;
+	return path;
+}
+
+/* Open an unnamed file in dir: O_TMPFILE, else a created and unlinked one
+ * (kept, named, when named). Tries O_DIRECT first. */
+static int open_unnamed(const char *dir, bool named, bool *ret_direct, char **ret_name)
+{
+	static const int direct_flags[] = { O_DIRECT, 0 };
+	int fd = -1, err = 0;
+
+	for (size_t i = 0; i < 2; i++) {
+		fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | direct_flags[i], 0600);
+		if (fd >= 0) {
+			*ret_direct = direct_flags[i] != 0;
+			return fd;
+		}
+		err = errno;
+		/* EINVAL: O_DIRECT refused, or O_TMPFILE unknown to the kernel */
+		if (err != EINVAL)
+			break;
+	}
+	if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL)
+		return -err;
+	/* no O_TMPFILE here: a named file, unlinked at once unless wanted */
+	for (int attempt = 0; attempt < 16; attempt++) {
+		char *path = name_new(dir);
+
+		if (!path)
+			return -ENOMEM;
+		for (size_t i = 0; i < 2; i++) {
+			fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | direct_flags[i], 0600);
+			if (fd >= 0 || errno != EINVAL)
+				break;
+		}
+		if (fd >= 0) {
+			int flags = fcntl(fd, F_GETFL);
+
+			*ret_direct = flags >= 0 && (flags & O_DIRECT);
+			if (named) {
+				*ret_name = path;
+			} else {
+				unlink(path);
+				free(path);
+			}
+			return fd;
+		}
+		err = errno;
+		free(path);
+		if (err != EEXIST)
+			break;
+	}
+	return -err;
+}
+
+int diskfile_create(struct backend *b, const char *dir, uint64_t size, bool named,
+		    struct diskfile *ret)
+{
+	struct diskfile f = { .fd = -1, .size = size };
+	int r;
+
+	r = backend_fault_check(b, DORMANT_FAULT_DISK);
+	if (r < 0)
+		return error_prefix(r, "creating a disk copy in %s", dir);
+	r = open_unnamed(dir, named, &f.direct, &f.name);
+	if (r < 0)
+		return error_set(r, "creating a disk copy in %s: %s", dir, strerror(-r));
+	f.fd = r;
+	f.open = true;
+	/* the space now: a full disk fails here, before any copy */
+	r = posix_fallocate(f.fd, 0, (off_t)size);
+	if (r == EOPNOTSUPP || r == EINVAL)
+		r = ftruncate(f.fd, (off_t)size) < 0 ? errno : 0;
+	if (r != 0) {
+		diskfile_close(&f);
+		return error_set(-r, "allocating %llu bytes for a disk copy in %s: %s",
+				 (unsigned long long)size, dir, strerror(r));
+	}
+	if (named && !f.name) {
+		/* an O_TMPFILE file gets its name through /proc */
+		char proc[64];
+
+		f.name = name_new(dir);
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", f.fd);
+		if (!f.name ||
+		    linkat(AT_FDCWD, proc, AT_FDCWD, f.name, AT_SYMLINK_FOLLOW) < 0) {
+			r = f.name ? -errno : -ENOMEM;
+			free(f.name);
+			f.name = NULL;
+			diskfile_close(&f);
+			return error_set(r, "naming a disk copy in %s: %s", dir, strerror(-r));
+		}
+	}
+	*ret = f;
+	return 0;
+}
+
+/* pwrite/pread all of it; short transfers continue, EINTR retries. */
+static int transfer_all(struct diskfile *f, void *buf, size_t size, uint64_t offset, bool write)
+{
+	size_t done = 0;
+
+	while (done < size) {
+		ssize_t n = write ? pwrite(f->fd, (const char *)buf + done, size - done,
+					   (off_t)(offset + done))
+				  : pread(f->fd, (char *)buf + done, size - done, (off_t)(offset + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return error_set(-errno, "%s %zu bytes at offset %llu of a disk copy: %s",
+					 write ? "writing" : "reading", size,
+					 (unsigned long long)offset, strerror(errno));
+		if (n == 0)
+			return error_set(-EIO, "%s a disk copy: it ended at offset %llu",
+					 write ? "writing" : "reading",
+					 (unsigned long long)(offset + done));
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int diskfile_write(struct backend *b, struct diskfile *f, const void *buf, size_t size,
+		   uint64_t offset)
+{
+	int r = backend_fault_check(b, DORMANT_FAULT_DISK);
+
+	if (r < 0)
+		return error_prefix(r, "writing a disk copy");
+	return transfer_all(f, (void *)buf, size, offset, true);
+}
+
+int diskfile_read(struct backend *b, struct diskfile *f, void *buf, size_t size, uint64_t offset)
+{
+	int r = backend_fault_check(b, DORMANT_FAULT_DISK);
+
+	if (r < 0)
+		return error_prefix(r, "reading a disk copy");
+	return transfer_all(f, buf, size, offset, false);
+}
+
+#define CHECK_PIECE (1 * MiB)
+
+int diskfile_checksum(struct diskfile *f, const struct copy_plan *plan, struct checksum *ret)
+{
+	struct checksum sum = { { 0, 0 } };
+	char *buf = aligned_alloc(DISKFILE_ALIGN, CHECK_PIECE);
+	int r = 0;
+
+	if (!buf)
+		return error_set(-ENOMEM, "out of host memory");
+	for (size_t k = 0; k < plan->count && r == 0; k++) {
+		const struct copy_run *run = &plan->runs[k];
+
+		for (size_t done = 0; done < run->size && r == 0;) {
+			size_t len = MIN(run->size - done, CHECK_PIECE);
+			struct checksum part;
+
+			r = transfer_all(f, buf, round_up(len, DISKFILE_ALIGN), run->host_offset + done,
+					 false);
+			if (r < 0)
+				break;
+			part = checksum_cpu(buf, len, run->offset + done);
+			checksum_add(&sum, &part);
+			done += len;
+		}
+	}
+	free(buf);
+	if (r == 0)
+		*ret = sum;
+	return r;
+}
+
+int diskfile_xor_byte(struct diskfile *f, uint64_t offset, unsigned char mask)
+{
+	uint64_t block = offset / DISKFILE_ALIGN * DISKFILE_ALIGN;
+	char *buf = aligned_alloc(DISKFILE_ALIGN, DISKFILE_ALIGN);
+	int r;
+
+	if (!buf)
+		return error_set(-ENOMEM, "out of host memory");
+	r = transfer_all(f, buf, DISKFILE_ALIGN, block, false);
+	if (r == 0) {
+		buf[offset - block] ^= (char)mask;
+		r = transfer_all(f, buf, DISKFILE_ALIGN, block, true);
+	}
+	free(buf);
+	return r;
+}
+
+void diskfile_close(struct diskfile *f)
+{
+	if (!f->open)
+		return;
+	if (f->name)
+		unlink(f->name);
+	free(f->name);
+	close(f->fd);
+	memset(f, 0, sizeof(*f));
+	f->fd = -1;
+}
