@@ -52,9 +52,9 @@ int backend_fault_arm_on(struct backend *b, enum dormant_fault_op op, int device
 	atomic_store(&f->error, error);
 	atomic_store(&f->repeat, repeat);
 	atomic_store(&f->device_only, device < 0 ? 0 : device + 1);
-	atomic_store(&f->target, !nth ? 0
-				 : (device < 0 ? atomic_load(&f->calls)
-					       : atomic_load(&f->device_calls[device])) + nth);
+	atomic_store(&f->armed_at, device < 0 ? atomic_load(&f->calls)
+					       : atomic_load(&f->device_calls[device]));
+	atomic_store(&f->target, !nth ? 0 : atomic_load(&f->armed_at) + nth);
 	return 0;
 }
 
@@ -90,6 +90,8 @@ int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int devi
 	}
 	if (!target || call < target || (call > target && !atomic_load(&f->repeat)))
 		return 0;
+	/* counted as the rule counts: the Nth call since it was armed */
+	call -= atomic_load(&f->armed_at);
 	if (only >= 0)
 		return error_set(atomic_load(&f->error),
 				 "injected fault: %s call %llu on device %d failed (%s)", names[op],

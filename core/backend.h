@@ -98,6 +98,7 @@ struct fault {
 	_Atomic uint64_t device_calls[DORMANT_DEVICES_MAX]; /* the calls made for each device */
 	_Atomic int device_only; /* 0: calls on any device count; else device + 1's only */
 	_Atomic uint64_t target; /* 0: disarmed; else the call number that fails */
+	_Atomic uint64_t armed_at; /* the call count when it was armed: messages count from it */
 	_Atomic int error;
 	_Atomic bool repeat;
 };

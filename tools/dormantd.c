@@ -2,9 +2,10 @@
 /*
  * dormantd: the demo and debugging daemon. A manager, the HTTP control plane
  * and a simulated trainer: tag "weights" (kept) filled with a pattern it can
- * check, tag "grads" (discarded) that its steps dirty; after every wake the
- * trainer verifies that the weights came back intact and the gradients came
- * back zero, and /stats ("extra") and /metrics count the verifications.
+ * check, tag "grads" (discarded) that its steps dirty. Every wake checks,
+ * before it answers (an after-wake hook), that the weights came back intact
+ * and the gradients came back zero; /stats ("extra") and /metrics count the
+ * verifications.
  *
  *   dormantd --listen 127.0.0.1:8787 --backend auto --keep 1GiB --discard 1GiB
  */
@@ -73,10 +74,13 @@ struct demo {
 	struct dormant *m;
 	void *weights;
 	void *grads;
-	unsigned char *scratch;   /* trainer only */
-	unsigned char *expected;  /* trainer only */
-	struct dormant_stats *stats; /* trainer only */
-	uint64_t weights_wakes_seen, grads_wakes_seen; /* trainer only */
+	/* the trainer's steps and the after-wake hook, never at once: steps
+	 * wait for a wake's hooks, and a wake only runs with a tag asleep, when
+	 * no step can run */
+	unsigned char *scratch;
+	unsigned char *expected;
+	struct dormant_stats *stats; /* the after-wake hook only */
+	uint64_t weights_wakes_seen, grads_wakes_seen; /* the after-wake hook only */
 
 	pthread_t trainer;
 	atomic_bool stop;
@@ -659,21 +663,32 @@ static void pause_ns(long ns)
 		;
 }
 
+/* After a wake (before it answers, the tags awake, no step running): check
+ * each tag this wake brought back. In the hook rather than the trainer's
+ * next step, so that no wake goes unchecked (a sleep may come before the
+ * next step) and /stats right after the wake counts the check. */
+static void verify_woken(struct demo *d)
+{
+	if (dormant_stats_get(d->m, d->stats) < 0) {
+		atomic_fetch_add(&d->errors, 1);
+		warn("after a wake: reading stats: %s", dormant_last_error());
+		return;
+	}
+	uint64_t w = tag_wakes(d->stats, "weights"), g = tag_wakes(d->stats, "grads");
+
+	if (d->weights && w != d->weights_wakes_seen)
+		verify_tag(d, true);
+	if (d->grads && g != d->grads_wakes_seen)
+		verify_tag(d, false);
+	d->weights_wakes_seen = w;
+	d->grads_wakes_seen = g;
+}
+
 /* One step, inside the guard: every tag is awake and no sleep can start. */
 static void step(struct demo *d)
 {
 	uint64_t n = atomic_load(&d->steps);
 
-	if (dormant_stats_get(d->m, d->stats) == 0) {
-		uint64_t w = tag_wakes(d->stats, "weights"), g = tag_wakes(d->stats, "grads");
-
-		if (d->weights && w != d->weights_wakes_seen)
-			verify_tag(d, true);
-		if (d->grads && g != d->grads_wakes_seen)
-			verify_tag(d, false);
-		d->weights_wakes_seen = w;
-		d->grads_wakes_seen = g;
-	}
 	/* "backward": dirty a piece of the gradients, which the next sleep
 	 * discards and the wake after it must give back as zeros */
 	if (d->grads) {
@@ -770,10 +785,11 @@ static int before_wake(struct dormant *m, enum dormant_hook_point point, void *u
 }
 
 /* A wake that created no memory (no allocation asleep) left the fault armed:
- * disarm it so that it cannot hit something else. */
+ * disarm it so that it cannot hit something else. Then check what came back. */
 static int after_wake(struct dormant *m, enum dormant_hook_point point, void *userdata)
 {
 	dormant_debug_inject_fault(m, DORMANT_FAULT_CREATE, 0, 0, false);
+	verify_woken(userdata);
 	return 0;
 }
 

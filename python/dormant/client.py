@@ -46,6 +46,8 @@ import stat
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type,
+                    TypeVar, Union)
 
 from .errors import DormantError
 
@@ -67,7 +69,7 @@ class Endpoint:
     scheme: str = "http"
     host: str = ""
     port: int = DEFAULT_PORT
-    unix_path: str = None
+    unix_path: Optional[str] = None
 
 
 def _parse_ports(spec):
@@ -182,7 +184,10 @@ def _resolve(name, family, ports):
     return out
 
 
-def parse_endpoints(endpoints=None, *, dns=None, ports=None, family=None):
+def parse_endpoints(endpoints: Union[str, Iterable[str], None] = None, *,
+                    dns: Union[str, Iterable[str], None] = None,
+                    ports: Union[str, int, Iterable[int], None] = None,
+                    family: Optional[int] = None) -> List[Endpoint]:
     """The endpoint list a Client uses, duplicates dropped, in order given.
 
     endpoints: one string or a list of them (the forms above); dns: a name
@@ -219,16 +224,16 @@ class Record:
     file: str
     pid: int
     url: str
-    port: int = None
-    host: str = None
-    rank: int = None
-    local_rank: int = None
-    world_size: int = None
-    role: str = None
-    started_unix_s: float = None
+    port: Optional[int] = None
+    host: Optional[str] = None
+    rank: Optional[int] = None
+    local_rank: Optional[int] = None
+    world_size: Optional[int] = None
+    role: Optional[str] = None
+    started_unix_s: Optional[float] = None
 
 
-def runtime_dir(dir=None):
+def runtime_dir(dir: Union[str, "os.PathLike[str]", None] = None) -> str:
     """The directory of discovery records: dir, else $DORMANT_RUNTIME_DIR,
     else $XDG_RUNTIME_DIR/dormant, else /tmp/dormant-UID (as the servers)."""
     if dir:
@@ -369,7 +374,9 @@ def _record(raw, name):
                          started if isinstance(started, (int, float)) else None)
 
 
-def discover(dir=None, role=None, *, stale=None, skipped=None):
+def discover(dir: Union[str, "os.PathLike[str]", None] = None, role: Optional[str] = None, *,
+             stale: Optional[List[Record]] = None,
+             skipped: Optional[List[Tuple[str, str]]] = None) -> List[Record]:
     """The live servers that published a discovery record in runtime_dir(dir)
     (of `role` only, if given), ordered by rank, local rank, then pid.
 
@@ -438,7 +445,9 @@ def _token_file(path, source):
     return _token_check(raw.decode("ascii", "replace").rstrip(), str(path))
 
 
-def load_token(token=None, token_file=None, environ=None):
+def load_token(token: Union[str, bool, None] = None,
+               token_file: Union[str, "os.PathLike[str]", None] = None,
+               environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """token, else token_file, else $DORMANT_TOKEN, else the file named by
     $DORMANT_TOKEN_FILE, else None (as dormantctl); token=False: none, whatever
     the environment says. Raises ValueError."""
@@ -472,15 +481,15 @@ class RankResult:
     requests sent; elapsed_s: time spent, retries included."""
     endpoint: str
     ok: bool = False
-    status: int = None
-    state: str = None
-    bytes: int = None
-    host_bytes: int = None
-    seconds: float = None
-    changed: bool = None
-    problem: dict = None
-    error: str = None
-    body: object = field(default=None, repr=False)
+    status: Optional[int] = None
+    state: Optional[str] = None
+    bytes: Optional[int] = None
+    host_bytes: Optional[int] = None
+    seconds: Optional[float] = None
+    changed: Optional[bool] = None
+    problem: Optional[Dict[str, Any]] = None
+    error: Optional[str] = None
+    body: Any = field(default=None, repr=False)
     attempts: int = 0
     elapsed_s: float = 0.0
 
@@ -489,7 +498,7 @@ class RankError(DormantError):
     """Some ranks failed. .failed: their RankResults; .results: all of them,
     in endpoint order."""
 
-    def __init__(self, action, results):
+    def __init__(self, action: str, results: Iterable[RankResult]) -> None:
         self.action = action
         self.results = list(results)
         self.failed = [r for r in self.results if not r.ok]
@@ -634,11 +643,19 @@ def _retry_after(headers):
         return -1.0
 
 
+_C = TypeVar("_C", bound="_Common")
+
+
 class _Common:
-    def __init__(self, endpoints=None, *, dns=None, ports=None, family=None, token=None,
-                 token_file=None, concurrency=64, timeout=120.0, connect_timeout=5.0,
-                 retries=4, backoff=0.5, max_delay=30.0, ssl_context=None,
-                 raise_on_error=True):
+    def __init__(self, endpoints: Union[str, Iterable[str], None] = None, *,
+                 dns: Union[str, Iterable[str], None] = None,
+                 ports: Union[str, int, Iterable[int], None] = None,
+                 family: Optional[int] = None, token: Union[str, bool, None] = None,
+                 token_file: Union[str, "os.PathLike[str]", None] = None,
+                 concurrency: int = 64, timeout: float = 120.0, connect_timeout: float = 5.0,
+                 retries: int = 4, backoff: float = 0.5, max_delay: float = 30.0,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 raise_on_error: bool = True) -> None:
         """endpoints, dns, ports, family: see parse_endpoints(). token: the
         bearer token (else token_file, $DORMANT_TOKEN, $DORMANT_TOKEN_FILE).
         concurrency: requests in flight at most. timeout: seconds one attempt
@@ -653,11 +670,11 @@ class _Common:
         for name, v, lo in (("concurrency", concurrency, 1), ("retries", retries, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name} must be an integer of at least {lo}")
-        for name, v in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-            if not isinstance(v, (int, float)) or not v > 0:
+        for name, seconds in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if not isinstance(seconds, (int, float)) or not seconds > 0:
                 raise ValueError(f"{name} must be a number of seconds above 0")
-        for name, v in (("backoff", backoff), ("max_delay", max_delay)):
-            if not isinstance(v, (int, float)) or not v >= 0:
+        for name, seconds in (("backoff", backoff), ("max_delay", max_delay)):
+            if not isinstance(seconds, (int, float)) or not seconds >= 0:
                 raise ValueError(f"{name} must be a number of seconds, 0 or more")
         self.concurrency = concurrency
         self.timeout = float(timeout)
@@ -670,13 +687,15 @@ class _Common:
         self._random = random.Random()
 
     @classmethod
-    def discover(cls, dir=None, role=None, **kwargs):
+    def discover(cls: Type[_C], dir: Union[str, "os.PathLike[str]", None] = None,
+                 role: Optional[str] = None, **kwargs: Any) -> _C:
         """A client over every live server that published a discovery record
         in runtime_dir(dir), of `role` only if given (see discover()); other
         arguments as for the constructor. Raises ValueError when there is
         none, PermissionError when the directory may not be trusted; files
         that are not records are skipped with a RecordWarning."""
-        stale, skipped = [], []
+        stale: List[Record] = []
+        skipped: List[Tuple[str, str]] = []
         records = discover(dir, role, stale=stale, skipped=skipped)
         if not records:
             of = f" of role {role!r}" if role is not None else ""
@@ -687,16 +706,19 @@ class _Common:
         client.records = records
         return client
 
+    # the discovery records a client made by discover() is over; [] otherwise
+    records: List[Record] = []
+
     # how a retry waits (tests replace them to see the delays)
     _sleep = staticmethod(time.sleep)
     _async_sleep = staticmethod(asyncio.sleep)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         names = ", ".join(e.name for e in self.endpoints[:4])
         more = f", ... ({len(self.endpoints)} in all)" if len(self.endpoints) > 4 else ""
         return f"<{type(self).__name__} {names}{more}>"
 
-    def delay_s(self, attempt, retry_after_s):
+    def delay_s(self, attempt: int, retry_after_s: float) -> float:
         """The wait before retry number `attempt` (1, 2, ...), as dormantctl."""
         r = self._random.random()
         delay = self.backoff
@@ -785,7 +807,7 @@ class _Common:
             return stop.value
 
 
-def path_action(path):
+def path_action(path: str) -> str:
     return {"/sleep": "sleep", "/wake": "wake", "/stats": "stats"}.get(path, "health")  # or ready
 
 
@@ -801,15 +823,15 @@ class Client(_Common):
                                     self.endpoints))
         return self._finish(action, results)
 
-    def sleep(self, tags=None):
+    def sleep(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /sleep on every rank (tags: a list, or None for every tag)."""
         return self._call("sleep", tags)
 
-    def wake(self, tags=None):
+    def wake(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake on every rank (tags: a list, or None for every tag)."""
         return self._call("wake", tags)
 
-    def sleep_together(self, tags=None):
+    def sleep_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /sleep to every rank at once, `concurrency` notwithstanding.
         For the ranks of one job: each suspends its NCCL communicators after
         its copies, a collective that waits for every rank of the group, so
@@ -817,30 +839,30 @@ class Client(_Common):
         (docs/orchestrators.md, "Sleeping the ranks of a job together")."""
         return self._call("sleep", tags, together=True)
 
-    def wake_together(self, tags=None):
+    def wake_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake to every rank at once (resuming the communicators is
         collective too); see sleep_together()."""
         return self._call("wake", tags, together=True)
 
-    def stats(self):
+    def stats(self) -> List[RankResult]:
         """GET /stats on every rank; an unhealthy rank counts as failed."""
         return self._call("stats")
 
-    def health(self):
+    def health(self) -> List[RankResult]:
         """GET /healthz on every rank."""
         return self._call("health")
 
-    def ready(self):
+    def ready(self) -> List[RankResult]:
         """GET /readyz on every rank (a 503 not-ready is retried as any 503)."""
         return self._call("ready")
 
-    def close(self):
+    def close(self) -> None:
         """Nothing to release (no connection outlives a request)."""
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
@@ -884,40 +906,40 @@ class AsyncClient(_Common):
                                              for ep in self.endpoints))
         return self._finish(action, list(results))
 
-    async def sleep(self, tags=None):
+    async def sleep(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /sleep on every rank."""
         return await self._call("sleep", tags)
 
-    async def wake(self, tags=None):
+    async def wake(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake on every rank."""
         return await self._call("wake", tags)
 
-    async def sleep_together(self, tags=None):
+    async def sleep_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /sleep to every rank at once (see Client.sleep_together)."""
         return await self._call("sleep", tags, together=True)
 
-    async def wake_together(self, tags=None):
+    async def wake_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake to every rank at once (see Client.wake_together)."""
         return await self._call("wake", tags, together=True)
 
-    async def stats(self):
+    async def stats(self) -> List[RankResult]:
         """GET /stats on every rank; an unhealthy rank counts as failed."""
         return await self._call("stats")
 
-    async def health(self):
+    async def health(self) -> List[RankResult]:
         """GET /healthz on every rank."""
         return await self._call("health")
 
-    async def ready(self):
+    async def ready(self) -> List[RankResult]:
         """GET /readyz on every rank."""
         return await self._call("ready")
 
-    async def aclose(self):
+    async def aclose(self) -> None:
         """Nothing to release (no connection outlives a request)."""
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "AsyncClient":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 

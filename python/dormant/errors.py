@@ -7,6 +7,7 @@ library's own message (dormant_last_error()) and, for a failed sleep or wake,
 the report of what the transition did (a dict shaped like the HTTP report).
 """
 import errno as _errno
+from typing import Any, Dict, Optional
 
 
 class DormantError(Exception):
@@ -18,7 +19,8 @@ class DormantError(Exception):
         report: for sleep and wake, the transition report dict; else None.
     """
 
-    def __init__(self, message, errno=0, report=None):
+    def __init__(self, message: str, errno: int = 0,
+                 report: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(message)
         self.errno = errno
         self.message = message

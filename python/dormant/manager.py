@@ -9,6 +9,8 @@ import os
 import threading
 import time
 import weakref
+from typing import (Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Union)
 
 from . import _library
 from ._library import c_void_p
@@ -20,7 +22,7 @@ log = logging.getLogger("dormant")
 # again (so that Ctrl-C interrupts a step waiting for a wake).
 _STEP_SLICE_MS = 100
 
-_live_managers = weakref.WeakSet()
+_live_managers: "weakref.WeakSet[Manager]" = weakref.WeakSet()
 
 # Manager._tls.transition_tags while a sleep or wake of every tag runs.
 _TAGS_ALL = "all"
@@ -90,14 +92,14 @@ def _server_option_text(name, value):
     return _option_text(name, value)
 
 
-def server_options():
+def server_options() -> List[Dict[str, Any]]:
     """The server options that serve(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("text", "int",
     "bool"), default, env (its environment variable, or None) and doc."""
     return _library.get().server_options()
 
 
-def options():
+def options() -> List[Dict[str, Any]]:
     """The manager options that Manager(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("enum", "size", "int",
     "bool", "path", "string"), values (an enum's, else None), default, env (its
@@ -117,7 +119,7 @@ class Server:
 
     Also a context manager that stops the server on exit."""
 
-    def __init__(self, manager, handle, extra_callback):
+    def __init__(self, manager: "Manager", handle: Any, extra_callback: Any) -> None:
         self._manager = manager
         self._handle = handle
         self._extra_callback = extra_callback  # the C callback must outlive the server
@@ -128,10 +130,10 @@ class Server:
         self.url = url.decode("utf-8") if url else ""
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self._handle is not None
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop listening and wait for requests in flight (a sleep or wake among
         them runs to its end). Idempotent. Not from a hook."""
         if self._manager._in_hook():
@@ -143,10 +145,10 @@ class Server:
             self._manager._servers.discard(self)
             self._extra_callback = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Server":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.stop()
 
     def __repr__(self):
@@ -200,8 +202,14 @@ class Manager:
     HTTP server thread.
     """
 
-    def __init__(self, *, log=None, mark_free_blocks=True, empty_cache_on_sleep=None, nccl=None,
-                 nccl_timeout_s=None, **options):
+    # set by _init_state(); declared here for the type checker
+    _m: Optional[ctypes.c_void_p]
+    _torch: Any
+    _comms: Any
+
+    def __init__(self, *, log: Any = None, mark_free_blocks: bool = True,
+                 empty_cache_on_sleep: Optional[bool] = None, nccl: Optional[str] = None,
+                 nccl_timeout_s: Optional[float] = None, **options: Any) -> None:
         self._init_state()
         from . import nccl as _nccl  # standard library only; torch is never imported
         nccl_mode = _nccl._comms.mode_from(nccl)
@@ -262,7 +270,7 @@ class Manager:
         return self
 
     @property
-    def captured(self):
+    def captured(self) -> bool:
         """True for the process manager of whole-process capture."""
         return not self._owned
 
@@ -314,7 +322,7 @@ class Manager:
 
     # ---- lifecycle --------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Stop this manager's servers and free every allocation and the
         manager itself. Tensors that still live in its memory must not be
         used afterwards. Idempotent."""
@@ -333,13 +341,13 @@ class Manager:
         _live_managers.discard(self)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._m is None
 
-    def __enter__(self):
+    def __enter__(self) -> "Manager":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self):
@@ -350,11 +358,11 @@ class Manager:
     # ---- properties -------------------------------------------------------
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """"cuda" or "host"."""
         return self._lib.dormant_backend_name(self._handle()).decode()
 
-    def option(self, name):
+    def option(self, name: str) -> Any:
         """The value option name has in this manager (set, from the
         environment or the default) as text: sizes in bytes ("1073741824"),
         booleans "true"/"false". InvalidArgumentError for an unknown name."""
@@ -364,14 +372,14 @@ class Manager:
         return buf.value.decode("utf-8")
 
     @property
-    def host_mode(self):
+    def host_mode(self) -> str:
         """"retain" or "release". Settable while no transition runs
         (dormant_set_host_mode()): takes effect at the next sleep or wake."""
         mode = self._lib.dormant_host_mode(self._handle())
         return self._lib.dormant_host_mode_name(mode).decode()
 
     @host_mode.setter
-    def host_mode(self, mode):
+    def host_mode(self, mode: str) -> None:
         values = {"retain": 1, "release": 2, "reclaimable": 3}  # enum dormant_host_mode
         if mode not in values:
             raise InvalidArgumentError(
@@ -380,17 +388,18 @@ class Manager:
         self._check(fn(self._handle(), values[mode]))
 
     @property
-    def device_count(self):
+    def device_count(self) -> int:
         return self._check(self._lib.dormant_device_count(self._handle()))
 
     @property
-    def library_path(self):
+    def library_path(self) -> str:
         """The libdormant file this manager runs on."""
         return self._lib.path
 
     # ---- tags, allocations ------------------------------------------------
 
-    def set_policy(self, tag, policy, *, rebuild=None):
+    def set_policy(self, tag: str, policy: str, *,
+                   rebuild: Optional[Callable[[str], Any]] = None) -> None:
         """Set a tag's policy, creating the tag if needed. Only while the tag
         is awake (else BusyError).
 
@@ -457,7 +466,7 @@ class Manager:
 
         return trampoline
 
-    def mark_unused(self, ptr, size):
+    def mark_unused(self, ptr: int, size: int) -> None:
         """Say that [ptr, ptr + size) of a managed allocation holds nothing
         that must survive the next sleep: that sleep neither copies nor keeps
         it, and the wake after it zero-fills it. The mark lasts until that
@@ -468,7 +477,7 @@ class Manager:
         fn = self._lib.need("dormant_mark_unused", "mark_unused()")
         self._check(fn(self._handle(), ptr, size))
 
-    def set_disk_dir(self, path):
+    def set_disk_dir(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Set the directory of the "disk" policy's copies (the disk_dir
         option): the next sleep writes there. It must exist; a relative path
         is made absolute here. A sleep into a full, read-only or missing
@@ -476,7 +485,7 @@ class Manager:
         fn = self._lib.need("dormant_set_disk_dir", "set_disk_dir()")
         self._check(fn(self._handle(), os.fsencode(os.path.abspath(os.fspath(path)))))
 
-    def set_verify(self, on):
+    def set_verify(self, on: bool) -> None:
         """Turn verification after wake on or off (on by default; DORMANT_VERIFY=0
         turns it off): wakes hash the restored chunks on the device and raise
         DeviceError (EIO), the tags asleep with their host copies, when a chunk
@@ -484,13 +493,13 @@ class Manager:
         fn = self._lib.need("dormant_set_verify", "set_verify()")
         self._check(fn(self._handle(), bool(on)))
 
-    def debug_corrupt_host(self, ptr, mask=1):
+    def debug_corrupt_host(self, ptr: int, mask: int = 1) -> None:
         """Tests only: flip the bits of mask in the host copy's byte that holds
         device address ptr, of a tag asleep (the same call again restores it)."""
         fn = self._lib.need("dormant_debug_corrupt_host", "debug_corrupt_host()")
         self._check(fn(self._handle(), ptr, mask))
 
-    def host_backup(self, ptr, size):
+    def host_backup(self, ptr: int, size: int) -> Optional[int]:
         """The address of the host copy of [ptr, ptr + size) (a kept range of
         one allocation) while its tag is asleep, or awake with the copy retain
         mode kept: size bytes of host memory the manager owns, valid until the
@@ -505,7 +514,8 @@ class Manager:
         self._check(r)
         return out.value
 
-    def host_backup_read(self, ptr, size, dst=None):
+    def host_backup_read(self, ptr: int, size: int,
+                         dst: Optional[int] = None) -> Union[bytes, int, None]:
         """The bytes of the host copy of [ptr, ptr + size) (bytes it left out
         read as zero): into dst, the address of size writable bytes (returns
         size), or without dst as bytes. None when no host copy holds the
@@ -521,13 +531,13 @@ class Manager:
         self._check(r)
         return buf.raw if buf is not None else size
 
-    def free_block_marks(self):
+    def free_block_marks(self) -> Optional[Dict[str, Any]]:
         """What the glue's marking of free blocks did: a dict with "sleeps",
         "blocks", "bytes", "seconds" (totals) and "last" (the same for the
         last sleep), or None before region() is used."""
         return None if self._torch is None else self._torch.mark_stats()
 
-    def alloc(self, tag, size, device=None):
+    def alloc(self, tag: str, size: int, device: Optional[int] = None) -> int:
         """Allocate size bytes of device memory under tag; returns the address
         (an int). For code that does not go through PyTorch."""
         ptr = c_void_p()
@@ -537,17 +547,18 @@ class Manager:
             r = self._lib.dormant_alloc_on(self._handle(), _encode_tag(tag), size, device,
                                            ctypes.byref(ptr))
         self._check(r)
+        assert ptr.value is not None  # a successful allocation has an address
         return ptr.value
 
-    def free(self, ptr):
+    def free(self, ptr: int) -> None:
         self._check(self._lib.dormant_free(self._handle(), ptr))
 
-    def copy_to_device(self, ptr, data):
+    def copy_to_device(self, ptr: int, data: bytes) -> None:
         """Copy bytes-like data to managed device memory at ptr (synchronous)."""
         buf = (ctypes.c_char * len(data)).from_buffer_copy(data)
         self._check(self._lib.dormant_copy_to_device(self._handle(), ptr, buf, len(data)))
 
-    def copy_to_host(self, ptr, size):
+    def copy_to_host(self, ptr: int, size: int) -> bytes:
         """Read size bytes of managed device memory at ptr; returns bytes."""
         buf = ctypes.create_string_buffer(size)
         self._check(self._lib.dormant_copy_to_host(self._handle(), buf, ptr, size))
@@ -585,7 +596,7 @@ class Manager:
             raise err from cause
         return report
 
-    def sleep(self, tags=None):
+    def sleep(self, tags: Union[str, Iterable[str], None] = None) -> Dict[str, Any]:
         """Put tags (a name, a list of names, or None: every tag) to sleep.
         Waits for running training steps (see step()), runs the before-sleep
         hooks, releases device memory (copying "keep" tags to host memory).
@@ -594,14 +605,14 @@ class Manager:
         with .report; a failed sleep leaves the tags awake, data intact."""
         return self._transition("sleep", tags)
 
-    def wake(self, tags=None):
+    def wake(self, tags: Union[str, Iterable[str], None] = None) -> Dict[str, Any]:
         """Wake tags at the same addresses: "keep" tags restored, "discard"
         tags zero-filled; then the after-wake hooks run and waiting steps go
         on. Returns the report dict. OutOfMemoryError when the device memory
         is still held elsewhere: the tags stay asleep, intact; retry later."""
         return self._transition("wake", tags)
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """A dict shaped like GET /stats."""
         fn = self._lib.need("dormant_stats_json", "stats()")
         out = c_void_p()
@@ -631,7 +642,7 @@ class Manager:
                                        errno.ETIMEDOUT)
 
     @contextlib.contextmanager
-    def step(self, timeout_s=None):
+    def step(self, timeout_s: Optional[float] = None) -> Iterator["Manager"]:
         """Mark one training step (the trainer guard). Entering waits while the
         memory is asleep or a sleep is waiting for steps to end (up to
         timeout_s; None: for ever, still interruptible by Ctrl-C; then
@@ -644,7 +655,7 @@ class Manager:
 
     # ---- hooks ------------------------------------------------------------
 
-    def add_hook(self, point, fn):
+    def add_hook(self, point: str, fn: Callable[[], Any]) -> int:
         """Run fn() at point: "before_sleep", "after_copies" (a sleep's
         copies done, the tags not yet asleep), "after_sleep", "before_wake",
         "before_rebuild" (a wake's memory back, no rebuild callback run yet)
@@ -692,7 +703,7 @@ class Manager:
             self._hooks[hook_id] = (fn, callback, point)
         return hook_id
 
-    def remove_hook(self, hook):
+    def remove_hook(self, hook: Union[int, Callable[[], Any]]) -> None:
         """Remove a hook by the id add_hook() returned, or by its function
         (every registration of it). Not from a hook."""
         if self._in_hook():
@@ -709,7 +720,7 @@ class Manager:
                 # The C side no longer calls it: the callback may go.
                 self._hooks.pop(hook_id, None)
 
-    def on_sleep(self, fn=None, *, when="before"):
+    def on_sleep(self, fn: Optional[Callable[[], Any]] = None, *, when: str = "before") -> Any:
         """Run fn() when memory goes to sleep (when="before": may cancel by
         raising; "after"). Usable as a decorator. Returns fn."""
         if fn is None:
@@ -717,7 +728,7 @@ class Manager:
         self.add_hook(f"{when}_sleep", fn)
         return fn
 
-    def on_wake(self, fn=None, *, when="after"):
+    def on_wake(self, fn: Optional[Callable[[], Any]] = None, *, when: str = "after") -> Any:
         """Run fn() when memory wakes (when="after": the memory is back;
         "before": may cancel by raising). Usable as a decorator. Returns fn."""
         if fn is None:
@@ -727,10 +738,14 @@ class Manager:
 
     # ---- the HTTP server ----------------------------------------------------
 
-    def serve(self, host="127.0.0.1", port=0, token=None, *, unix_path=None, token_file=None,
-              open_probes=False, threads=0, max_connections=0, connection_timeout_s=0,
-              quiet=False, stats_extra=None, max_connections_per_ip=0, request_timeout_s=0,
-              faults=None, publish=None, role=None, **options):
+    def serve(self, host: str = "127.0.0.1", port: int = 0, token: Optional[str] = None, *,
+              unix_path: Optional[str] = None, token_file: Optional[str] = None,
+              open_probes: bool = False, threads: int = 0, max_connections: int = 0,
+              connection_timeout_s: float = 0, quiet: bool = False,
+              stats_extra: Optional[Callable[[], Dict[str, Any]]] = None,
+              max_connections_per_ip: int = 0, request_timeout_s: float = 0,
+              faults: Optional[str] = None, publish: Any = None, role: Optional[str] = None,
+              **options: Any) -> Server:
         """Start the HTTP control plane (POST /sleep, /wake, GET /stats, ...)
         on its own threads inside this process. port 0 picks a free port.
         token None: $DORMANT_TOKEN / $DORMANT_TOKEN_FILE if set, else no
@@ -822,7 +837,8 @@ class Manager:
 
     # ---- PyTorch ------------------------------------------------------------
 
-    def region(self, tag, policy=None, *, dtype_tags=None):
+    def region(self, tag: str, policy: Optional[str] = None, *,
+               dtype_tags: Optional[Mapping[Any, str]] = None) -> ContextManager[Any]:
         """A context manager: CUDA tensors PyTorch allocates inside it on this
         thread live in dormant memory under tag (one torch.cuda.MemPool per
         tag and device). policy, if given, sets the tag's policy first.
@@ -843,12 +859,13 @@ class Manager:
 
     # ---- testing ----------------------------------------------------------
 
-    def debug_occupy(self, nbytes, device=0):
+    def debug_occupy(self, nbytes: int, device: int = 0) -> None:
         """Take nbytes of device memory outside the manager, as another
         process would (0 gives it back): makes a wake fail with ENOMEM."""
         self._check(self._lib.dormant_debug_occupy(self._handle(), device, nbytes))
 
-    def debug_inject_fault(self, op, nth, error=-errno.EIO, repeat=False):
+    def debug_inject_fault(self, op: str, nth: int, error: int = -errno.EIO,
+                           repeat: bool = False) -> None:
         """Make the nth next call of op ("create", "map", "copy",
         "host_alloc", "disk": a disk copy's create, write or read) fail
         with error (a negative errno); nth 0 disarms."""
@@ -857,7 +874,7 @@ class Manager:
         self._check(self._lib.dormant_debug_inject_fault(self._handle(), _library.FAULT_OPS[op],
                                                          nth, error, repeat))
 
-    def debug_op_count(self, op):
+    def debug_op_count(self, op: str) -> int:
         return self._lib.dormant_debug_op_count(self._handle(), _library.FAULT_OPS[op])
 
     def __del__(self):
@@ -901,7 +918,7 @@ def _text_trampoline(fn):
     return trampoline
 
 
-def stop_all_servers():
+def stop_all_servers() -> None:
     """Stop every server of every live manager (at interpreter exit: server
     threads must not call into Python while it shuts down)."""
     for manager in list(_live_managers):

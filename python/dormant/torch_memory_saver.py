@@ -70,6 +70,7 @@ import os
 import threading
 import time
 import warnings
+from typing import Any, Dict, Iterator, Optional, Union
 
 import dormant
 
@@ -102,7 +103,7 @@ def _preload_module():
     return preload
 
 
-def preload_active():
+def preload_active() -> bool:
     """Whether dormant's whole-process capture (the LD_PRELOAD shim of
     cudaMalloc/cudaFree) runs in this process."""
     preload = _preload_module()
@@ -304,12 +305,12 @@ class TorchMemorySaver:
     the process's default dormant manager; the module's torch_memory_saver is
     the one programs use."""
 
-    def __init__(self):
-        self._requested_mode = None
-        self._mode = None
+    def __init__(self) -> None:
+        self._requested_mode: Optional[str] = None
+        self._mode: Optional[str] = None
         self._margin_bytes = 0
         self._mmap_used = False   # cpu_backup_backend "mmap" chosen: resume waits for the host
-        self._impl_object = None
+        self._impl_object: Any = None
         self._lock = threading.Lock()
 
     # ---- set-up -------------------------------------------------------------
@@ -386,8 +387,9 @@ class TorchMemorySaver:
         return "keep" if enable_cpu_backup else "discard"
 
     @contextlib.contextmanager
-    def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False, enable_disk_backup=False,
-               cpu_backup_backend=None):
+    def region(self, tag: str = _TAG_DEFAULT, enable_cpu_backup: bool = False,
+               enable_disk_backup: bool = False,
+               cpu_backup_backend: Optional[str] = None) -> Iterator[None]:
         """CUDA tensors this thread allocates inside live in dormant memory
         under tag: copied to host on pause with enable_cpu_backup, else
         dropped and zero-filled on resume. Regions nest; the inner one wins."""
@@ -409,7 +411,7 @@ class TorchMemorySaver:
                 yield
 
     @contextlib.contextmanager
-    def disable(self):
+    def disable(self) -> Iterator[None]:
         """Allocations inside go to a fresh pool of PyTorch's ordinary memory
         (not captured under whole-process capture), given back when it ends:
         they work while everything else is paused. The thread's tag and
@@ -434,8 +436,10 @@ class TorchMemorySaver:
             del route, pool   # its segments go back with it
 
     @contextlib.contextmanager
-    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode=None,
-                   tag=_TAG_DEFAULT, enable_cpu_backup=False, cpu_backup_backend=None):
+    def cuda_graph(self, cuda_graph: Any, pool: Any = None, stream: Any = None,
+                   capture_error_mode: Optional[str] = None, tag: str = _TAG_DEFAULT,
+                   enable_cpu_backup: bool = False,
+                   cpu_backup_backend: Optional[str] = None) -> Iterator[Any]:
         """torch.cuda.graph(cuda_graph, ...) whose private memory pool lives
         in dormant memory under tag: given back on pause, back on resume
         (zero-filled without backup; a replay rewrites what it uses).
@@ -482,13 +486,13 @@ class TorchMemorySaver:
         except UnknownTagError:
             return None  # a tag never used: nothing to do, as torch_memory_saver
 
-    def pause(self, tag=None):
+    def pause(self, tag: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """Give back the device memory of tag (None: every tag), copying what
         was allocated with backup to host memory. Returns dormant's report
         (None when there was nothing to do)."""
         return self._transition("sleep", tag)
 
-    def resume(self, tag=None):
+    def resume(self, tag: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """Bring tag (None: every tag) back at the same addresses. Raises
         dormant.OutOfMemoryError when the device memory is still taken, or
         when waking would leave less free than memory_margin_bytes: the tag
@@ -535,16 +539,16 @@ class TorchMemorySaver:
     # ---- attributes programs set or read --------------------------------------
 
     @property
-    def enabled(self):
+    def enabled(self) -> bool:
         return True
 
     @property
-    def hook_mode(self):
+    def hook_mode(self) -> Optional[str]:
         """"torch" or "preload" (the mode in use once initialized)."""
         return self._mode or self._requested_mode
 
     @hook_mode.setter
-    def hook_mode(self, mode):
+    def hook_mode(self, mode: str) -> None:
         if mode not in _HOOK_MODES:
             raise InvalidArgumentError(f'hook_mode must be "torch" or "preload", not {mode!r}',
                                        errno.EINVAL)
@@ -558,11 +562,11 @@ class TorchMemorySaver:
                                          f"it stays {current!r}")
 
     @property
-    def memory_margin_bytes(self):
+    def memory_margin_bytes(self) -> int:
         return self._margin_bytes
 
     @memory_margin_bytes.setter
-    def memory_margin_bytes(self, value):
+    def memory_margin_bytes(self, value: int) -> None:
         value = int(value)
         if value < 0:
             raise InvalidArgumentError("memory_margin_bytes must be >= 0", errno.EINVAL)
@@ -588,17 +592,17 @@ class TorchMemorySaver:
             default.host_mode = mode   # from the next pause or resume on
 
     @property
-    def retain_cpu_backup(self):
+    def retain_cpu_backup(self) -> bool:
         """Whether host copies stay allocated across resumes (dormant's host
         mode "retain"). Settable at any time but during a pause or resume."""
         self._ensure_initialized()   # TMS_RETAIN_CPU_BACKUP
         return self._manager().host_mode == "retain"
 
     @retain_cpu_backup.setter
-    def retain_cpu_backup(self, value):
+    def retain_cpu_backup(self, value: bool) -> None:
         self._set_retain(bool(value))
 
-    def get_cpu_backup(self, x, zero_copy=False):
+    def get_cpu_backup(self, x: Any, zero_copy: bool = False) -> Any:
         """While x's tag is paused (or awake with retain_cpu_backup), a CPU
         tensor with x's bytes from dormant's host copy: a new tensor, or with
         zero_copy a view of the host copy itself (read it only; valid until
@@ -641,7 +645,7 @@ class TorchMemorySaver:
         except InvalidArgumentError:
             return None   # not memory of dormant's
 
-    def set_disk_backup_dir(self, path):
+    def set_disk_backup_dir(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """The directory of disk backup files (created if needed), for the
         next pause: the manager's disk directory (dormant's disk_dir)."""
         _disk_environment()
@@ -650,7 +654,7 @@ class TorchMemorySaver:
         self._manager().set_disk_dir(path)
 
 
-def _disk_environment():
+def _disk_environment() -> None:
     """torch_memory_saver's disk backup variables as dormant's options, for
     a manager created after (dormant.manager() reads them once):
     TMS_DISK_BACKUP_DIR -> DORMANT_DISK_DIR, TMS_DISK_BACKUP_CHUNK_MB ->
@@ -667,7 +671,7 @@ def _disk_environment():
 
 
 @contextlib.contextmanager
-def configure_subprocess():
+def configure_subprocess() -> Iterator[None]:
     """While inside, os.environ holds what a child process needs for dormant's
     whole-process capture (as torch_memory_saver's configure_subprocess()
     sets LD_PRELOAD), so subprocesses started inside are captured."""

@@ -898,12 +898,12 @@ static void pin_pieces_2mib(void)
 }
 
 /* A first sleep is the same in both modes: release only. */
-Test(chaos, live_sleep_release, .timeout = 240, .init = pin_pieces_2mib)
+Test(chaos, live_sleep_release, .timeout = 600, .init = pin_pieces_2mib)
 {
 	live_chaos_sleep(DORMANT_HOST_RELEASE);
 }
 
-Test(chaos, live_sleep_unpinned, .timeout = 240, .init = unpinned)
+Test(chaos, live_sleep_unpinned, .timeout = 600, .init = unpinned)
 {
 	live_chaos_sleep(DORMANT_HOST_RELEASE);
 }
@@ -953,17 +953,17 @@ static void live_chaos_wake(enum dormant_host_mode mode, int error)
 	dormant_destroy(anchor);
 }
 
-Test(chaos, live_wake_release, .timeout = 240, .init = pin_pieces_2mib)
+Test(chaos, live_wake_release, .timeout = 600, .init = pin_pieces_2mib)
 {
 	live_chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
 }
 
-Test(chaos, live_wake_retain, .timeout = 240, .init = pin_pieces_2mib)
+Test(chaos, live_wake_retain, .timeout = 600, .init = pin_pieces_2mib)
 {
 	live_chaos_wake(DORMANT_HOST_RETAIN, -EIO);
 }
 
-Test(chaos, live_wake_unpinned, .timeout = 240, .init = unpinned)
+Test(chaos, live_wake_unpinned, .timeout = 600, .init = unpinned)
 {
 	live_chaos_wake(DORMANT_HOST_RELEASE, -ENOMEM);
 }

@@ -14,6 +14,10 @@ import pytest
 from conftest import DORMANTD
 from test_dormantctl import FAST, ctl, ctl_json
 
+# generous: a loaded CI machine (the sleeps and wakes here take milliseconds
+# when it is not); it only bounds a hang
+CLIENT_TIMEOUT_S = 120
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from dormant.client import AsyncClient, Client, RecordWarning, discover  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -78,7 +82,7 @@ def test_dormantctl_discovers_sleeps_and_wakes_the_group(group):
 
 def test_client_discovers_sleeps_and_wakes_the_group(group):
     run, actor, critic = group
-    ranks = Client.discover(run, timeout=10, retries=0)
+    ranks = Client.discover(run, timeout=CLIENT_TIMEOUT_S, retries=0)
     assert [r.role for r in ranks.records] == ["actor", "critic"]
     assert [r.state for r in ranks.sleep()] == ["asleep", "asleep"]
     assert [r.state for r in ranks.wake()] == ["awake", "awake"]
@@ -86,13 +90,14 @@ def test_client_discovers_sleeps_and_wakes_the_group(group):
     import asyncio
 
     async def cycle():
-        async with AsyncClient.discover(run, role="actor", timeout=10) as one:
+        async with AsyncClient.discover(run, role="actor", timeout=CLIENT_TIMEOUT_S) as one:
             return [r.state for r in await one.sleep()]
 
     assert asyncio.run(cycle()) == ["asleep"]
     os.environ["DORMANT_RUNTIME_DIR"] = str(run)
     try:
-        assert [r.state for r in Client.discover(timeout=10).wake()] == ["awake", "awake"]
+        ranks = Client.discover(timeout=CLIENT_TIMEOUT_S)
+        assert [r.state for r in ranks.wake()] == ["awake", "awake"]
     finally:
         del os.environ["DORMANT_RUNTIME_DIR"]
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Paths and loaders for the deploy checks."""
 import os
+import shutil
 import pathlib
 import sys
 
@@ -17,10 +18,11 @@ KUBE = DEPLOY / "kubernetes"
 
 
 def tool(name):
-    path = os.environ.get(name.upper(), "")
+    """A tool from $NAME or PATH, looked up now: installed after the build
+    folder was set up, it counts."""
+    path = os.environ.get(name.upper(), "") or shutil.which(name)
     if not path:
-        pytest.fail(f"${name.upper()} is not set: meson test sets it "
-                    f"(is {name} installed? see scripts/debian-packages.txt)")
+        pytest.fail(f"{name} not found on PATH (installed? see scripts/debian-packages.txt)")
     return path
 
 

@@ -216,7 +216,9 @@ def test_fault_flag_rehearses_a_failed_wake(tmp_path):
         assert post(d, '/sleep')[0] == 200
         status, body = post(d, '/wake')
         assert status == 503 and body['type'].endswith('out-of-memory'), body
-        assert 'injected fault' in body['detail'], body
+        # counted as the rule counts: the wake's first create call (not the
+        # process's third, after the trainer's two allocations)
+        assert 'injected fault: create call 1 failed' in body['detail'], body
         status, body = get(d, '/stats')
         assert body['state'] == 'asleep'
         assert post(d, '/wake')[0] == 200

@@ -115,6 +115,24 @@ def test_quiet():
 
 # ---- dormant-run --------------------------------------------------------------
 
+# The two ways to start it: the build's launcher and the package's module. They
+# are one program (python/dormant/run.py) and must answer alike.
+MODULE = [sys.executable, "-m", "dormant.run"]
+LAUNCHERS = {"tools/dormant-run": [RUN], "python3 -m dormant.run": MODULE}
+
+
+def launcher_env(launcher, **extra):
+    env = base_env(**extra)
+    if launcher is MODULE:
+        env["PYTHONPATH"] = str(REPO / "python")
+    return env
+
+
+@pytest.fixture(params=list(LAUNCHERS))
+def launcher(request):
+    return LAUNCHERS[request.param]
+
+
 @pytest.mark.parametrize("args,env,message", [
     (["--capture", "--", "true"], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
      "expandable_segments"),
@@ -132,19 +150,54 @@ def test_quiet():
     (["--capture", "--token-file", "/nonexistent/token", "--", "true"], {}, "token file"),
     (["--torch-memory-saver", "--", "true"], {"DORMANT_SHADOW_DIR": "/nonexistent/shadow"},
      "torch_memory_saver shadow"),
+    (["--listen"], {}, "--listen needs HOST:PORT"),
+    (["--capture", "--port-file"], {}, "--port-file needs a file"),
+    (["--capture=yes", "--", "true"], {}, "unknown option --capture=yes"),
 ])
-def test_run_refuses(args, env, message):
-    proc = run([RUN, *args], base_env(**env))
+def test_run_refuses(launcher, args, env, message):
+    proc = run([*launcher, *args], launcher_env(launcher, **env))
     assert proc.returncode == 2, proc
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("dormant-run: ") and message in lines[0], \
         proc.stderr
+    assert proc.stdout == ""
 
 
-def test_run_sets_the_environment():
-    env = base_env()  # keeps a sanitizer's LD_PRELOAD, if any
+def test_run_cannot_run_the_command(launcher, tmp_path):
+    (tmp_path / "plain").write_text("not a program\n")
+    proc = run([*launcher, "--torch-memory-saver", "--", "/nonexistent/program"],
+               launcher_env(launcher))
+    assert proc.returncode == 127 and "cannot run /nonexistent/program" in proc.stderr, proc
+    proc = run([*launcher, "--torch-memory-saver", "--", str(tmp_path / "plain")],
+               launcher_env(launcher))
+    assert proc.returncode == 126 and "cannot run" in proc.stderr, proc
+
+
+def test_run_help_and_version(launcher):
+    proc = run([*launcher, "--help"], launcher_env(launcher))
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: dormant-run [--capture]")
+    for flag in ("--capture", "--listen", "--token-file", "--port-file", "--torch-memory-saver",
+                 "--print-env", "--version"):
+        assert f"  {flag}" in proc.stdout, flag
+    proc = run([*launcher, "--version"], launcher_env(launcher))
+    assert proc.returncode == 0 and proc.stdout == f"dormant-run {dormant.__version__}\n", proc
+
+
+def test_run_prints_the_environment(launcher):
+    proc = run([*launcher, "--capture", "--listen=127.0.0.1:0", "--print-env"],
+               launcher_env(launcher, DORMANT_PRELOAD_LIB=SHIM))
+    assert proc.returncode == 0, proc
+    env = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert env["DORMANT_PRELOAD"] == "1" and env["DORMANT_LISTEN"] == "127.0.0.1:0", env
+    assert env["LD_PRELOAD"].split()[-1] == os.path.realpath(SHIM), env
+    assert "PYTHONPATH" not in env  # no --torch-memory-saver
+
+
+def test_run_sets_the_environment(launcher):
+    # keeps a sanitizer's LD_PRELOAD, if any
+    env = launcher_env(launcher, DORMANT_PRELOAD_LIB=SHIM) if launcher is MODULE else base_env()
     script = 'echo "$$|$DORMANT_PRELOAD_PID|$DORMANT_PRELOAD|$LD_PRELOAD|$DORMANT_LISTEN"'
-    proc = run([RUN, "--capture", "--listen", "127.0.0.1:0", "--", "sh", "-c", script], env)
+    proc = run([*launcher, "--capture", "--listen", "127.0.0.1:0", "--", "sh", "-c", script], env)
     assert proc.returncode == 0, proc.stderr
     pid, pid_var, switch, ld_preload, listen = proc.stdout.strip().split("|")
     assert pid == pid_var  # the command runs as the wrapper's own process
@@ -155,9 +208,25 @@ def test_run_sets_the_environment():
 
 
 def test_run_torch_memory_saver_flag(tmp_path):
+    # the shadow first, then the package it imports (the checkout's python/)
     proc = run([RUN, "--torch-memory-saver", "--", "sh", "-c", 'echo "$PYTHONPATH"'],
                base_env(DORMANT_SHADOW_DIR=str(tmp_path), PYTHONPATH="/x"))
-    assert proc.returncode == 0 and proc.stdout.strip() == f"{tmp_path}:/x", proc
+    assert proc.returncode == 0, proc
+    assert proc.stdout.strip() == f"{tmp_path}:{REPO / 'python'}:/x", proc
+
+
+def test_run_torch_memory_saver_from_the_build_folder():
+    # what the README's switch runs, from a checkout: the shadow imports the
+    # checkout's dormant, whatever the caller's PYTHONPATH
+    program = ("import torch_memory_saver, dormant\n"
+               "print(torch_memory_saver.__dormant__, dormant.__file__)\n")
+    env = base_env()
+    env.pop("PYTHONPATH", None)
+    proc = run([RUN, "--torch-memory-saver", "--", sys.executable, "-c", program], env,
+               cwd="/")
+    assert proc.returncode == 0, proc
+    flag, path = proc.stdout.split()
+    assert flag == "True" and path == str(REPO / "python" / "dormant" / "__init__.py"), proc
 
 
 def test_run_captures(tmp_path):

@@ -661,7 +661,7 @@ def test_a_tms_program_runs_unchanged_under_the_switch():
 
 def test_run_refuses_bad_usage():
     r = run_python(["-m", "dormant.run", "--", "true"])
-    assert r.returncode == 2 and "say what to switch in" in r.stderr
+    assert r.returncode == 2 and "nothing to do" in r.stderr
     r = run_python(["-m", "dormant.run", "--torch-memory-saver"])
     assert r.returncode == 2 and "no command" in r.stderr
     r = run_python(["-m", "dormant.run", "--bogus", "true"])
