@@ -9,6 +9,7 @@
  * file is trimmed of blanks around it first); a header carries it as
  * "Bearer" (any case), one or more blanks, the token, optional blanks.
  */
+#include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,13 +40,25 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* A token the server takes: 1 to AUTH_TOKEN_MAX visible ASCII characters, not
+ * starting with the deploy placeholder "REPLACE-ME" (any case). */
 static bool visible(const char *s, size_t len)
 {
+	static const char placeholder[] = "replace-me";
+
 	if (len == 0 || len > AUTH_TOKEN_MAX)
 		return false;
 	for (size_t i = 0; i < len; i++)
 		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
 			return false;
+	if (len >= sizeof(placeholder) - 1) {
+		size_t i = 0;
+
+		while (i < sizeof(placeholder) - 1 && tolower((unsigned char)s[i]) == placeholder[i])
+			i++;
+		if (i == sizeof(placeholder) - 1)
+			return false;
+	}
 	return true;
 }
 
