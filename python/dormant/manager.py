@@ -887,12 +887,14 @@ class Manager:
             pass
 
 
-def _extra_trampoline(fn):
+def _buffer_trampoline(produce, what):
+    """A callback that writes produce()'s bytes and a NUL into the library's
+    buffer: the length, -ENOSPC when they do not fit, -EIO when it raised."""
     def trampoline(userdata, buf, size):
         try:
-            data = json.dumps(fn()).encode()
+            data = produce()
         except BaseException:
-            log.error("dormant stats_extra callback raised", exc_info=True)
+            log.error("dormant %s callback raised", what, exc_info=True)
             return -errno.EIO
         if len(data) + 1 > size:
             return -errno.ENOSPC
@@ -900,22 +902,16 @@ def _extra_trampoline(fn):
         ctypes.memset(buf + len(data), 0, 1)
         return len(data)
     return trampoline
+
+
+def _extra_trampoline(fn):
+    """A dormant_stats_extra_fn over fn() returning what json.dumps takes."""
+    return _buffer_trampoline(lambda: json.dumps(fn()).encode(), "stats_extra")
 
 
 def _text_trampoline(fn):
     """A dormant_metrics_extra_fn over fn() returning text."""
-    def trampoline(userdata, buf, size):
-        try:
-            data = fn().encode()
-        except BaseException:
-            log.error("dormant metrics callback raised", exc_info=True)
-            return -errno.EIO
-        if len(data) + 1 > size:
-            return -errno.ENOSPC
-        ctypes.memmove(buf, data, len(data))
-        ctypes.memset(buf + len(data), 0, 1)
-        return len(data)
-    return trampoline
+    return _buffer_trampoline(lambda: fn().encode(), "metrics")
 
 
 def stop_all_servers() -> None:
