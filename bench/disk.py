@@ -33,16 +33,10 @@ import subprocess
 import sys
 import time
 
+from rows import report, rss_bytes, run_rows
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GiB = 1 << 30
-
-
-def rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def drop_caches():
@@ -146,20 +140,6 @@ def tms_worker(directory, gib, cycles):
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def run_row(label, cmd, env, timeout):
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"label": label, "error": f"no result in {timeout} s"}
-    line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if r.returncode != 0 or line is None:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-6:]
-        return {"label": label, "error": f"exit {r.returncode}: " + " | ".join(tail)}
-    result = json.loads(line[7:])
-    result["label"] = label
-    return result
-
-
 def summarize(row):
     if "error" in row:
         return f"| {row['label']} | failed: {row['error'][:300]} | | | | | | |"
@@ -207,20 +187,12 @@ def main():
             [str(pathlib.Path(args.tms_src).resolve())] + path),
             TMS_DISK_BACKUP_DIR=args.dir)
         rows.append(("torch_memory_saver, enable_disk_backup", me + ["tms"], theirs))
-    for label, cmd, env in rows:
-        results.append(run_row(label, cmd, env, args.timeout_s))
-        print(f"# {label}: {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
-    print(f"{args.gib:g} GiB to {args.dir} and back, {args.cycles} cycles (page cache dropped "
-          f"before each direction where root may).\n")
-    print("| run | sleep/write GB/s | sleep s | first sleep s | wake/read GB/s | wake s "
-          "| host GiB asleep | intact |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in results:
-        print(summarize(row))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0 if all("error" not in r for r in results) else 1
+    results += run_rows(rows, args.timeout_s)
+    return report(results,
+                  f"{args.gib:g} GiB to {args.dir} and back, {args.cycles} cycles (page cache "
+                  f"dropped before each direction where root may).\n",
+                  ["run", "sleep/write GB/s", "sleep s", "first sleep s", "wake/read GB/s",
+                   "wake s", "host GiB asleep", "intact"], summarize, args.json)
 
 
 if __name__ == "__main__":

@@ -25,20 +25,13 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 
+from rows import report, rss_bytes, run_rows
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GiB = 1 << 30
-
-
-def rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def worker(weights_gib, grads_gib, cycles, retain):
@@ -84,19 +77,6 @@ def worker(weights_gib, grads_gib, cycles, retain):
             "weights_intact": intact,
         })
     print("RESULT " + json.dumps(result), flush=True)
-
-
-def run_row(label, cmd, env, timeout):
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if r.returncode != 0 or line is None:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-6:]
-        return {"label": label, "error": f"exit {r.returncode}: " + " | ".join(tail)}
-    result = json.loads(line[7:])
-    result["label"] = label
-    result["wall_s"] = time.monotonic() - t0
-    return result
 
 
 def summarize(row):
@@ -156,23 +136,15 @@ def main():
         ("dormant (the switch)", switch + me, ours_env),
         ("dormant (the switch), retain_cpu_backup", switch + me + ["--retain"], ours_env),
     ]
-    results = []
-    for label, cmd, env in rows:
-        results.append(run_row(label, cmd, env, args.timeout_s))
-        print(f"# {label}: {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
-    print(f"Workload: {args.weights_gib:g} GiB bf16 weights with backup + {args.grads_gib:g} GiB "
-          f"fp32 grads without (nested region, one tag \"default\"), pause() and resume() of "
-          f"everything, {args.cycles} cycles; torch_memory_saver in hook_mode "
-          f"\"{args.tms_hook_mode}\", dormant in hook_mode \"torch\".\n")
-    print("| run | pause s | first pause s | resume s | host GiB paused | host GiB awake "
-          "| GPU GiB freed | weights intact |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in results:
-        print(summarize(row))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0 if all("error" not in r for r in results) else 1
+    results = run_rows(rows, args.timeout_s)
+    return report(results,
+                  f"Workload: {args.weights_gib:g} GiB bf16 weights with backup + "
+                  f"{args.grads_gib:g} GiB fp32 grads without (nested region, one tag "
+                  f"\"default\"), pause() and resume() of everything, {args.cycles} cycles; "
+                  f"torch_memory_saver in hook_mode \"{args.tms_hook_mode}\", dormant in "
+                  f"hook_mode \"torch\".\n",
+                  ["run", "pause s", "first pause s", "resume s", "host GiB paused",
+                   "host GiB awake", "GPU GiB freed", "weights intact"], summarize, args.json)
 
 
 if __name__ == "__main__":
