@@ -39,14 +39,8 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 		engine_time_add(&e->host_prep_ns, start);
 		return 0;
 	}
-	if (c->host.ptr) { /* grown since its last sleep, or left unpinned */
-		size_t size = c->host.size;
-		bool counted = !c->host.reclaimable;
-
-		hostbuf_free(e->backend, &c->host);
-		if (counted)
-			engine_account_host(it->tag, -(int64_t)size);
-	}
+	if (c->host.ptr) /* grown since its last sleep, or left unpinned */
+		engine_host_free(e, it->tag, c);
 	r = hostbuf_alloc(e->backend, c->plan.kept, &c->host);
 	if (r < 0) {
 		engine_time_add(&e->host_prep_ns, start);

@@ -196,10 +196,7 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 		c->host.reclaimable = false;
 	}
 	if (!job) {
-		size_t size = c->host.size;
-
-		hostbuf_free(e->backend, &c->host);
-		engine_account_host(tag, -(int64_t)size);
+		engine_host_free(e, tag, c);
 		return;
 	}
 	job->backend = e->backend;
@@ -207,6 +204,16 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	job->tag = tag;
 	memset(&c->host, 0, sizeof(c->host));
 	workers_submit(e->workers, deferred_free_run, job);
+}
+
+void engine_host_free(struct engine *e, struct tag *tag, struct chunk *c)
+{
+	size_t size = c->host.size;
+	bool counted = !c->host.reclaimable;
+
+	hostbuf_free(e->backend, &c->host);
+	if (counted)
+		engine_account_host(tag, -(int64_t)size);
 }
 
 /* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
@@ -240,14 +247,8 @@ void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
 	if (c->mapped && engine_chunk_release(e, a, c) < 0)
 		log_write(&e->log, DORMANT_LOG_ERROR, "freeing an allocation: %s",
 			  dormant_last_error());
-	if (c->host.ptr) {
-		size_t size = c->host.size;
-		bool counted = !c->host.reclaimable;
-
-		hostbuf_free(e->backend, &c->host);
-		if (counted)
-			engine_account_host(a->tag, -(int64_t)size);
-	}
+	if (c->host.ptr)
+		engine_host_free(e, a->tag, c);
 	disk_release(a->tag, c);
 	c->host_valid = false;
 	c->retained = false;

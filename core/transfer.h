@@ -162,6 +162,10 @@ static inline void engine_time_add(_Atomic uint64_t *ns, double start)
 void engine_account_device(struct engine *e, struct alloc *a, int64_t delta);
 /* Count host bytes held for a tag. */
 void engine_account_host(struct tag *tag, int64_t delta);
+
+/* Free a chunk's host buffer now, taking it off the tag's host bytes (a
+ * reclaimable one is off them already). */
+void engine_host_free(struct engine *e, struct tag *tag, struct chunk *c);
 /* Count disk bytes held for a tag. */
 void engine_account_disk(struct tag *tag, int64_t delta);
 
