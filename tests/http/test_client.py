@@ -309,21 +309,31 @@ class Counting:
                 return
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
+    def _release(self):
+        with self.lock:
+            self.now -= 1
+
     def _serve(self, c):
         with self.lock:
             self.now += 1
             self.most = max(self.most, self.now)
+        held = True
         try:
             c.recv(4096)
             time.sleep(self.pause_s)
             body = b'{"status":"ok"}'
+            # No longer held once answered: released before the answer goes
+            # out, or a client that sends its next request as soon as it
+            # reads this one would find it still counted.
+            held = False
+            self._release()
             c.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
                       b'Content-Length: %d\r\nConnection: close\r\n\r\n%s' % (len(body), body))
         except OSError:
             pass  # the client gave up first
         finally:
-            with self.lock:
-                self.now -= 1
+            if held:
+                self._release()
             c.close()
 
     def close(self):
