@@ -86,6 +86,10 @@ struct backend_ops {
 			      void **ret_job);
 	int (*checksum_queue)(struct backend *b, int device, void *job, size_t g, void *event);
 	int (*checksum_finish)(struct backend *b, int device, void *job, struct checksum *out);
+	/* Load the checksum kernel now, as the first hash would (the engine's
+	 * device setup: a warm-up does it ahead of the first sleep). May be
+	 * NULL (nothing to load); -ENOTSUP when the device cannot run it. */
+	int (*checksum_prepare)(struct backend *b, int device);
 	/* Tests only, may be NULL: queue a write of device memory on the
 	 * device's default stream, run at the next synchronize (the host
 	 * backend with DORMANT_HOST_DEFER_STREAMS=1). */

@@ -531,6 +531,7 @@ static const struct backend_ops cuda_ops = {
 	.checksum_start = cuda_checksum_start,
 	.checksum_queue = cuda_checksum_queue,
 	.checksum_finish = cuda_checksum_finish,
+	.checksum_prepare = cuda_checksum_prepare,
 };
 
 static int api_load(struct cuda_api *api)

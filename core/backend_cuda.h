@@ -98,5 +98,6 @@ int cuda_checksum_start(struct backend *b, int device, const struct checksum_ran
 			void **ret_job);
 int cuda_checksum_queue(struct backend *b, int device, void *job, size_t g, void *event);
 int cuda_checksum_finish(struct backend *b, int device, void *job, struct checksum *out);
+int cuda_checksum_prepare(struct backend *b, int device);
 
 #endif
