@@ -29,7 +29,7 @@ def includes(text):
 
 
 def test_core_private_headers_stay_in_core():
-    private = {p.name for p in (REPO / "core").glob("*.h")} - PUBLIC
+    private = {p.name for p in (REPO / "core").rglob("*.h")} - PUBLIC
     assert "util.h" in private and "manager.h" in private
     found = [f"{rel}: {name}" for rel, text in sources() if rel.parts[0] != "core"
              for name in includes(text) if name in private]

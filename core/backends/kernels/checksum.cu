@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The chunk checksum on the device (core/checksum.h defines it; checksum_cpu()
+ * The chunk checksum on the device (core/engine/checksum.h defines it; checksum_cpu()
  * computes the same bits on the CPU). Compiled to PTX (nvcc -ptx), shipped as
- * core/kernels/checksum.ptx and embedded into libdormant, which loads it
+ * core/backends/kernels/checksum.ptx and embedded into libdormant, which loads it
  * through the driver API (cuModuleLoadData): no CUDA runtime is involved, so
  * this file includes nothing and uses only built-in device functions.
  *
