@@ -88,6 +88,9 @@ void api_response_finish(struct api_response *resp);
  * rounded to. NaN and infinities become 0.
  */
 #define API_JSON_REAL JSON_REAL_PRECISION(15)
+/* The flags every document is dumped with. */
+#define JSON_FLAGS_COMPACT (JSON_COMPACT | API_JSON_REAL)
+#define JSON_FLAGS_PRETTY (JSON_INDENT(2) | API_JSON_REAL)
 enum api_number {
 	API_SECONDS = 0, /* a duration: to the nanosecond */
 	API_UNIX_SECONDS, /* a time since the epoch: to the millisecond */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The manager's reports and statistics as JSON documents (jansson), and the
- * exported dormant_*_json() functions built on them (running a transition is
- * transition.c's). */
+ * exported dormant_*_json() functions built on them (running a transition,
+ * dormant_transition_json() too, is transition.c's). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,10 +11,6 @@
 #include "api.h"
 #include "dormant-json.h"
 #include "common.h"
-
-/* Doubles: see api_number() and API_JSON_REAL in api.h. */
-#define JSON_FLAGS_COMPACT (JSON_COMPACT | API_JSON_REAL)
-#define JSON_FLAGS_PRETTY (JSON_INDENT(2) | API_JSON_REAL)
 
 const char *api_result_name(int result)
 {
@@ -390,34 +386,6 @@ DORMANT_EXPORT int dormant_stats_json(struct dormant *m, bool pretty, char **ret
 		return error_set(-ENOMEM, "out of host memory");
 	r = dump(doc, pretty, ret_json);
 	json_decref(doc);
-	return r;
-}
-
-DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action,
-					   const char *const *tags, char **ret_json)
-{
-	enum api_kind kind;
-	json_t *report;
-	char *text;
-	int r;
-
-	if (!m || !action || !ret_json)
-		return error_set(-EINVAL, "manager, action or ret_json is NULL");
-	if (strcmp(action, "sleep") == 0)
-		kind = API_SLEEP;
-	else if (strcmp(action, "wake") == 0)
-		kind = API_WAKE;
-	else
-		return error_set(-EINVAL, "action must be \"sleep\" or \"wake\", not \"%.64s\"",
-				 action);
-	r = api_transition_run(m, kind, tags, &report);
-	if (!report)
-		return error_set(-ENOMEM, "out of host memory");
-	text = json_dumps(report, JSON_FLAGS_COMPACT);
-	json_decref(report);
-	if (!text)
-		return error_set(-ENOMEM, "out of host memory");
-	*ret_json = text;
 	return r;
 }
 

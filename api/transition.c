@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* Running a sleep or a wake for the API: the manager's call, its report as a
- * JSON document, and the transition's own message kept for the caller. */
+ * JSON document (json.c builds it), and the transition's own message kept
+ * for the caller; and the exported dormant_transition_json() on top. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api.h"
 #include "common.h"
+#include "dormant-json.h"
 
 int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
 		       json_t **ret_report)
@@ -40,5 +43,33 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 	free(rep);
 	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
 		error_set(r, "%s", error);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action,
+					   const char *const *tags, char **ret_json)
+{
+	enum api_kind kind;
+	json_t *report;
+	char *text;
+	int r;
+
+	if (!m || !action || !ret_json)
+		return error_set(-EINVAL, "manager, action or ret_json is NULL");
+	if (strcmp(action, "sleep") == 0)
+		kind = API_SLEEP;
+	else if (strcmp(action, "wake") == 0)
+		kind = API_WAKE;
+	else
+		return error_set(-EINVAL, "action must be \"sleep\" or \"wake\", not \"%.64s\"",
+				 action);
+	r = api_transition_run(m, kind, tags, &report);
+	if (!report)
+		return error_set(-ENOMEM, "out of host memory");
+	text = json_dumps(report, JSON_FLAGS_COMPACT);
+	json_decref(report);
+	if (!text)
+		return error_set(-ENOMEM, "out of host memory");
+	*ret_json = text;
 	return r;
 }

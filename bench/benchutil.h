@@ -69,7 +69,7 @@ struct option;
  * return -1. */
 int bench_flag_error(int opt, char **argv, const struct option *longopts);
 
-/* Pinned host memory, as the engine makes it (core/hostbuf.c): allocated,
+/* Pinned host memory, as the engine makes it (core/engine/hostbuf.c): allocated,
  * faulted in over the worker threads, registered in pieces of piece_bytes.
  * A copy must stay inside one piece. Free it with hostbuf_free(). Returns 0
  * or a negative errno with dormant_last_error() set. */

@@ -176,6 +176,28 @@ err_free:
 	return r;
 }
 
+/* The manager PyTorch's entry points use (torch.c): here, below them, so
+ * that dormant_destroy() detaches it without calling up into torch.c. */
+static _Atomic(struct dormant *) torch_manager;
+
+DORMANT_EXPORT int dormant_torch_set_manager(struct dormant *m)
+{
+	atomic_store(&torch_manager, m);
+	return 0;
+}
+
+DORMANT_EXPORT struct dormant *dormant_torch_get_manager(void)
+{
+	return atomic_load(&torch_manager);
+}
+
+static void torch_forget(struct dormant *m)
+{
+	struct dormant *expected = m;
+
+	atomic_compare_exchange_strong(&torch_manager, &expected, NULL);
+}
+
 DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 {
 	if (!m)

@@ -168,7 +168,5 @@ void guard_release(struct dormant *m);
 /* Run the hooks of a point; returns the first non-zero result. Called
  * without m->lock. */
 int hooks_run(struct dormant *m, enum dormant_hook_point point);
-/* Detach m from the PyTorch entry points if they use it. */
-void torch_forget(struct dormant *m);
 
 #endif

@@ -17,17 +17,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "extent.h"
 #include "util.h"
 
 #define SLAB_ALLOC_MAX (32 * MiB) /* larger allocations get chunks of their own */
 #define SLAB_MIN_BYTES (2 * MiB)
 #define SLAB_MAX_BYTES (256 * MiB)
 #define SLAB_ALIGN 512
-
-struct extent {
-	size_t offset;
-	size_t size;
-};
 
 /* The free space of one slab: sorted, coalesced extents. */
 struct slab_space {

@@ -2,7 +2,9 @@
 /*
  * Entry points for PyTorch's CUDAPluggableAllocator. PyTorch calls them with
  * no context argument, so the manager is process-wide and the tag is the
- * calling thread's (set by the Python package around a region).
+ * calling thread's (set by the Python package around a region). The manager
+ * they use is the one dormant_torch_set_manager() attached (manager.c, which
+ * detaches it when it is destroyed).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,27 +12,8 @@
 
 #include "manager.h"
 
-static _Atomic(struct dormant *) torch_manager;
 static _Thread_local char thread_tag[DORMANT_TAG_MAX + 1];
 static _Thread_local int thread_policy = DORMANT_POLICY_TAG;
-
-DORMANT_EXPORT int dormant_torch_set_manager(struct dormant *m)
-{
-	atomic_store(&torch_manager, m);
-	return 0;
-}
-
-DORMANT_EXPORT struct dormant *dormant_torch_get_manager(void)
-{
-	return atomic_load(&torch_manager);
-}
-
-void torch_forget(struct dormant *m)
-{
-	struct dormant *expected = m;
-
-	atomic_compare_exchange_strong(&torch_manager, &expected, NULL);
-}
 
 DORMANT_EXPORT int dormant_set_thread_tag(const char *tag)
 {
@@ -75,7 +58,7 @@ DORMANT_EXPORT int dormant_get_thread_policy(void)
 
 DORMANT_EXPORT void *dormant_torch_malloc(size_t size, int device, void *stream)
 {
-	struct dormant *m = atomic_load(&torch_manager);
+	struct dormant *m = dormant_torch_get_manager();
 	void *ptr = NULL;
 
 	(void)stream;
@@ -91,7 +74,7 @@ DORMANT_EXPORT void *dormant_torch_malloc(size_t size, int device, void *stream)
 
 DORMANT_EXPORT void dormant_torch_free(void *ptr, size_t size, int device, void *stream)
 {
-	struct dormant *m = atomic_load(&torch_manager);
+	struct dormant *m = dormant_torch_get_manager();
 	struct backend *b;
 
 	(void)size;

@@ -2,7 +2,7 @@
 /*
  * The public entries of chunk checksums (dormant.h, "Checksums"): the
  * verification setting, the hash on the CPU and on the backend, and the test
- * hook that corrupts a host copy. The engine's side is core/checksum.c.
+ * hook that corrupts a host copy. The engine's side is core/engine/checksum.c.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "server_options.h"
 
 static bool is_space(char c)
 {
@@ -39,10 +38,9 @@ int auth_token_check(const char *text, size_t len, const char *what)
 	return 0;
 }
 
-int auth_exposure_check(const struct dormant_server_options *resolved, bool has_token,
-			bool local, const char *where)
+int auth_exposure_check(bool insecure_no_auth, bool has_token, bool local, const char *where)
 {
-	if (has_token || local || resolved->insecure_no_auth)
+	if (has_token || local || insecure_no_auth)
 		return 0;
 	/* kept within DORMANT_ERROR_MAX with a long address */
 	return error_set(-EINVAL,
@@ -103,25 +101,19 @@ static int token_from_file(const char *path, const char *what, char **ret)
 	return r;
 }
 
-int auth_token_load(const struct dormant_server_options *resolved, char **ret_token)
+int auth_token_load(const char *token, const char *token_source, const char *token_file,
+		    const char *file_source, char **ret_token)
 {
-	const struct dormant_server_options *o = resolved;
-	char *token = NULL;
+	char *copy = NULL;
 	int r = 0;
 
-	if (o->token)
-		r = token_take(o->token, strlen(o->token),
-			       server_option_from_env(o, "token") ? "$DORMANT_TOKEN"
-								  : "the token option",
-			       &token);
-	else if (o->token_file)
-		r = token_from_file(o->token_file,
-				    server_option_from_env(o, "token_file") ? "$DORMANT_TOKEN_FILE"
-									    : "the token_file option",
-				    &token);
+	if (token)
+		r = token_take(token, strlen(token), token_source, &copy);
+	else if (token_file)
+		r = token_from_file(token_file, file_source, &copy);
 	if (r < 0)
 		return r;
-	*ret_token = token;
+	*ret_token = copy;
 	return 0;
 }
 

@@ -21,19 +21,19 @@
 int auth_token_check(const char *text, size_t len, const char *what);
 
 /* Safe by default: serving without a token is allowed only on a local
- * listener (loopback, a Unix socket) or when resolved->insecure_no_auth
+ * listener (loopback, a Unix socket) or when insecure_no_auth (the option)
  * says so. where names the listener. 0 or -EINVAL with a message. */
-int auth_exposure_check(const struct dormant_server_options *resolved, bool has_token,
-			bool local, const char *where);
+int auth_exposure_check(bool insecure_no_auth, bool has_token, bool local, const char *where);
 
 /*
- * Find the token of resolved options (server_options_resolve(): the token
- * option, else the token file's contents, each from $DORMANT_TOKEN /
- * $DORMANT_TOKEN_FILE when the caller set neither). *ret_token is a
- * malloc()ed copy, or NULL when no token is configured. Returns -EINVAL (bad
- * token, unreadable or empty file), -ENOMEM.
+ * Find the token: token, else the contents of token_file (either may be
+ * NULL); token_source and file_source name where each came from in a
+ * message (server_options_token() gives the resolved options' and their
+ * names). *ret_token is a malloc()ed copy, or NULL when neither is given.
+ * Returns -EINVAL (bad token, unreadable or empty file), -ENOMEM.
  */
-int auth_token_load(const struct dormant_server_options *resolved, char **ret_token);
+int auth_token_load(const char *token, const char *token_source, const char *token_file,
+		    const char *file_source, char **ret_token);
 
 /* Whether an Authorization header value carries token, as "Bearer TOKEN".
  * The comparison takes the same time whatever the header holds. */

@@ -622,6 +622,18 @@ bool server_option_from_env(const struct dormant_server_options *resolved, const
 	return option_find(name, &i) && (resolved->from_env & (1ull << i));
 }
 
+int server_options_token(const struct dormant_server_options *resolved, char **ret_token)
+{
+	return auth_token_load(resolved->token,
+			       server_option_from_env(resolved, "token") ? "$DORMANT_TOKEN"
+									 : "the token option",
+			       resolved->token_file,
+			       server_option_from_env(resolved, "token_file")
+				       ? "$DORMANT_TOKEN_FILE"
+				       : "the token_file option",
+			       ret_token);
+}
+
 DORMANT_EXPORT int dormant_server_options_get(const struct dormant_server_options *o,
 					      const char *name, char *buf, size_t size)
 {
@@ -671,7 +683,7 @@ DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_opti
 	err = server_options_resolve(opts, &r);
 	if (err < 0)
 		return err;
-	err = auth_token_load(&r, &token);
+	err = server_options_token(&r, &token);
 	if (err < 0)
 		return err;
 	if (token) {
@@ -687,7 +699,8 @@ DORMANT_EXPORT int dormant_server_options_check(const struct dormant_server_opti
 	if (err != 0)
 		return error_set(-EINVAL, "cannot resolve '%s': %s", host, gai_strerror(err));
 	/* the address listen_tcp() binds: the first */
-	err = auth_exposure_check(&r, token != NULL, sockaddr_is_local(ai->ai_addr), r.listen);
+	err = auth_exposure_check(r.insecure_no_auth, token != NULL, sockaddr_is_local(ai->ai_addr),
+				  r.listen);
 	freeaddrinfo(ai);
 	return err;
 }

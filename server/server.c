@@ -763,7 +763,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	pthread_cond_init(&s->idle, &attr);
 	pthread_condattr_destroy(&attr);
 
-	r = auth_token_load(&o, &s->token);
+	r = server_options_token(&o, &s->token);
 	if (r < 0)
 		goto err;
 	s->unix_listener = o.unix_path != NULL;
@@ -773,7 +773,7 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		r = listen_tcp(&s->listener, o.listen);
 	if (r < 0)
 		goto err;
-	r = auth_exposure_check(&o, s->token != NULL, s->listener.local, s->listener.url);
+	r = auth_exposure_check(o.insecure_no_auth, s->token != NULL, s->listener.local, s->listener.url);
 	if (r < 0)
 		goto err;
 	if (!s->token && !s->listener.local)

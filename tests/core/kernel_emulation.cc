@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //
-// The checksum kernel's source (core/kernels/checksum.cu) run on the CPU, so
+// The checksum kernel's source (core/backends/kernels/checksum.cu) run on the CPU, so
 // that CI, which has no GPU, checks its logic (tiles, the range search, tails
 // and unaligned starts, the block reduction) against dormant_checksum(): the
 // CUDA built-ins it uses are emulated below, a block's threads as std::threads

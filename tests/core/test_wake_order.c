@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The order of a wake (issue 16): by default a thread maps the chunks ahead
- * of the copies (core/mapper.c), so the copies of the first chunks run while
+ * of the copies (core/engine/mapper.c), so the copies of the first chunks run while
  * later ones are still being mapped; DORMANT_WAKE_OVERLAP=0 maps every chunk
  * first. Both keep the wake's guarantees: a wake short of memory fails with
  * -ENOMEM, gives back what it mapped, keeps the host copies, and a retry

@@ -19,7 +19,6 @@
 
 #include "fuzz_common.h"
 #include "auth.h"
-#include "server_options.h" /* the resolved options auth_token_load() reads */
 
 static char token_path[] = "/tmp/fuzz-auth.XXXXXX";
 
@@ -84,7 +83,6 @@ static bool reference_check(const char *token, const char *header)
 
 static void check_file(const unsigned char *data, size_t size)
 {
-	struct dormant_server_options o = { .token_file = token_path };
 	size_t start = 0, end = size;
 	char *token = NULL;
 	bool valid;
@@ -100,7 +98,7 @@ static void check_file(const unsigned char *data, size_t size)
 		end--;
 	/* the file's whole size counts against the limit, blanks included */
 	valid = size < AUTH_TOKEN_MAX + 64 && visible((const char *)data + start, end - start);
-	r = auth_token_load(&o, &token);
+	r = auth_token_load(NULL, NULL, token_path, "the token file", &token);
 	CHECK((r == 0) == valid);
 	if (valid) {
 		CHECK(token && strlen(token) == end - start);
@@ -115,12 +113,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	size_t token_len = nl ? (size_t)(nl - data) : size;
 	char *given = strndup((const char *)data, token_len);
 	char *header = nl ? strndup((const char *)nl + 1, size - token_len - 1) : NULL;
-	struct dormant_server_options o = { .token = given };
 	char *token = NULL;
 	int r;
 
 	CHECK(given);
-	r = auth_token_load(&o, &token);
+	r = auth_token_load(given, "the token", NULL, NULL, &token);
 	CHECK((r == 0) == visible(given, strlen(given)));
 	if (r == 0) {
 		CHECK(token && strcmp(token, given) == 0);

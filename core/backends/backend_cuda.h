@@ -46,7 +46,7 @@ struct cuda_api {
 	CUDA_FN(cuMemcpyHtoDAsync);
 	CUDA_FN(cuMemsetD8Async);
 	CUDA_FN(cuMemGetInfo);
-	/* the checksum kernel (checksum.h) */
+	/* the checksum kernel (hash.h) */
 	CUDA_FN(cuModuleLoadData);
 	CUDA_FN(cuModuleGetFunction);
 	CUDA_FN(cuModuleUnload);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Check that the shipped PTX (core/kernels/checksum.ptx) is what nvcc makes
-of core/kernels/checksum.cu now, so a change to the kernel cannot ship with
-a stale PTX. Usage: compare.py SHIPPED.ptx BUILT.ptx
+"""Check that the shipped PTX (core/backends/kernels/checksum.ptx) is what
+nvcc makes of core/backends/kernels/checksum.cu now, so a change to the kernel
+cannot ship with a stale PTX. Usage: compare.py SHIPPED.ptx BUILT.ptx
 
 The PTX text depends on the nvcc release: when the built one comes from
 another release than the shipped one (its "Cuda compilation tools" line),
@@ -27,9 +27,9 @@ def main():
               % (tools_line(shipped), tools_line(built)))
         return 77
     if shipped != built:
-        print("core/kernels/checksum.ptx is stale: rebuild it with\n"
-              "  nvcc -ptx -arch=compute_75 core/kernels/checksum.cu "
-              "-o core/kernels/checksum.ptx")
+        print("core/backends/kernels/checksum.ptx is stale: rebuild it with\n"
+              "  nvcc -ptx -arch=compute_75 core/backends/kernels/checksum.cu "
+              "-o core/backends/kernels/checksum.ptx")
         return 1
     print("the shipped PTX is nvcc's build of checksum.cu")
     return 0

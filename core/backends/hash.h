@@ -3,7 +3,8 @@
  * Chunk checksums: a 128-bit hash (two 64-bit lanes) of what a sleep copies
  * of a chunk, computed on the device by our own kernel (kernels/checksum.cu,
  * loaded as PTX through the driver API) and by the CPU (checksum_cpu(), the
- * host backend and the tests), bit for bit the same.
+ * host backend and the engine), bit for bit the same: both take each word's
+ * terms from hash_mix.h.
  *
  * The hash of a range of bytes that starts at byte `offset` of its chunk:
  * the range is read as 8-byte little-endian words, word j holding bytes
@@ -14,28 +15,22 @@
  * A sum does not depend on the order its terms are added in, so the device
  * adds them in any order its threads and atomics finish and still gets the
  * CPU's bits. A chunk's hash is the lane-wise sum of the hashes of its plan's
- * runs (extent.h), each run one range.
+ * runs (engine/extent.h), each run one range.
  *
  * What it guarantees (docs/design.md, "Checksums"): a change confined to one
  * 8-byte word always changes both lanes (mix_l is a bijection); any other
  * accidental change goes unnoticed with a probability of about 2^-128. It is
  * not a cryptographic hash: it catches corruption, not an adversary.
  */
-#ifndef DORMANT_CHECKSUM_H
-#define DORMANT_CHECKSUM_H
+#ifndef DORMANT_HASH_H
+#define DORMANT_HASH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "extent.h"
+#include "hash_mix.h"
 
 #define CHECKSUM_LANES 2
-
-/* Lane constants; kernels/checksum.cu has the same. */
-#define CHECKSUM_P0 0x9e3779b97f4a7c15ull
-#define CHECKSUM_S0 0x243f6a8885a308d3ull
-#define CHECKSUM_P1 0xc2b2ae3d27d4eb4full
-#define CHECKSUM_S1 0x13198a2e03707344ull
 
 struct checksum {
 	uint64_t lane[CHECKSUM_LANES];
@@ -47,26 +42,6 @@ struct checksum_range {
 	uint64_t size;
 	uint64_t offset; /* from its chunk's start: positions the words */
 };
-
-static inline uint64_t checksum_mix0(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
-static inline uint64_t checksum_mix1(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
 
 /* The hash of size bytes at p, the range starting at byte offset of its
  * chunk (on the CPU). */
@@ -83,11 +58,6 @@ static inline int checksum_equal(const struct checksum *a, const struct checksum
 {
 	return a->lane[0] == b->lane[0] && a->lane[1] == b->lane[1];
 }
-
-/* A 64-bit signature of a plan's layout (its runs and their places in the
- * host copy): two chunks' host copies hold the same bytes only when their
- * plans' layouts and their checksums agree. */
-uint64_t checksum_plan_signature(const struct copy_plan *plan);
 
 /* The embedded PTX of kernels/checksum.cu (NUL-terminated), and the name of
  * its kernel. */

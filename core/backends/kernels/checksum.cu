@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The chunk checksum on the device (core/checksum.h defines it; checksum_cpu()
- * computes the same bits on the CPU). Compiled to PTX (nvcc -ptx), shipped as
- * core/kernels/checksum.ptx and embedded into libdormant, which loads it
- * through the driver API (cuModuleLoadData): no CUDA runtime is involved, so
- * this file includes nothing and uses only built-in device functions.
+ * The chunk checksum on the device (core/backends/hash.h defines it;
+ * checksum_cpu() computes the same bits on the CPU, each word's terms from
+ * the same hash_mix.h). Compiled to PTX (nvcc -ptx), shipped as
+ * core/backends/kernels/checksum.ptx and embedded into libdormant, which
+ * loads it through the driver API (cuModuleLoadData): no CUDA runtime is
+ * involved, so this file includes only hash_mix.h (which includes nothing)
+ * and uses only built-in device functions.
  *
  * The work is a list of ranges, each cut into tiles of TILE bytes; one block
  * hashes one tile at a time (grid-stride), its threads reading consecutive
@@ -17,10 +19,9 @@
 #define TILE (64 * 1024)
 #define WORDS (TILE / 8 / THREADS) /* per thread in a whole tile */
 
-#define P0 0x9e3779b97f4a7c15ull
-#define S0 0x243f6a8885a308d3ull
-#define P1 0xc2b2ae3d27d4eb4full
-#define S1 0x13198a2e03707344ull
+/* each word's terms: the one definition the CPU's checksum_cpu() uses too */
+#define HASH_MIX_FN __device__ __forceinline__
+#include "../hash_mix.h"
 
 typedef unsigned long long u64;
 
@@ -30,26 +31,6 @@ struct range {
 	u64 offset;     /* of its first byte in its chunk: positions the words */
 	u64 first_tile; /* tiles of the ranges before it */
 };
-
-__device__ __forceinline__ u64 mix0(u64 x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
-__device__ __forceinline__ u64 mix1(u64 x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
 
 /* Bytes [at, at + n) of the range (n < 8 or unaligned), little-endian,
  * zero-padded. */
@@ -97,8 +78,8 @@ dormant_checksum_kernel(const struct range *ranges, unsigned count, u64 tiles, u
 				const u64 w = words[threadIdx.x + i * THREADS];
 				const u64 o = o0 + 8 * (u64)(i * THREADS);
 
-				a0 += mix0(w ^ (o * P0 + S0));
-				a1 += mix1(w ^ (o * P1 + S1));
+				a0 += checksum_term0(w, o);
+				a1 += checksum_term1(w, o);
 			}
 		} else {
 			for (u64 at = start + 8 * (u64)threadIdx.x; at < end; at += 8 * THREADS) {
@@ -110,8 +91,8 @@ dormant_checksum_kernel(const struct range *ranges, unsigned count, u64 tiles, u
 				else
 					w = load_bytes(base + at,
 						       end - at < 8 ? (unsigned)(end - at) : 8);
-				a0 += mix0(w ^ (o * P0 + S0));
-				a1 += mix1(w ^ (o * P1 + S1));
+				a0 += checksum_term0(w, o);
+				a1 += checksum_term1(w, o);
 			}
 		}
 		for (int d = 16; d > 0; d /= 2) {

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checksum.h"
 #include "dormant.h"
+#include "hash.h"
 #include "util.h"
 
 struct backend;
@@ -63,7 +63,7 @@ struct backend_ops {
 	int (*mem_info)(struct backend *b, int device, uint64_t *ret_free, uint64_t *ret_total);
 	/* Whether the device has been used (so mem_info costs no new context). */
 	bool (*device_active)(struct backend *b, int device);
-	/* Hash count ranges of device memory (checksum.h) into out[i], after
+	/* Hash count ranges of device memory (hash.h) into out[i], after
 	 * the work queued on stream before; returns when they are done. May be
 	 * NULL; -ENOTSUP when the device cannot run the kernel. */
 	int (*checksum)(struct backend *b, int device, const struct checksum_range *ranges,

@@ -30,7 +30,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "slab.h"
+#include "util.h"
+
+/* A range of bytes: a run, a mark, a slab's free space (slab.h). */
+struct extent {
+	size_t offset;
+	size_t size;
+};
 
 /* Free slab space shorter than this between live bytes is copied. */
 #define EXTENT_MIN_HOLE (64 * KiB)
