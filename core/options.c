@@ -145,6 +145,15 @@ static const struct option options[] = {
 		.doc = "threads that map a wake's chunks ahead of the copies",
 	},
 	{
+		.name = "wake_copy", .type = OPTION_ENUM, .offset = FIELD(wake_copy),
+		.default_value = "auto", .env = "DORMANT_WAKE_COPY",
+		.values = VALUES("auto", "engine", "kernel"),
+		.doc = "what copies a wake's kept chunks to the device: engine (the copy "
+		       "engines), kernel (a copy kernel on the SMs: full rate while the driver "
+		       "scrubs memory another process freed), or auto (per wake, the faster as "
+		       "measured on its first bytes)",
+	},
+	{
 		.name = "disk_dir", .type = OPTION_PATH, .offset = FIELD(disk_dir),
 		.default_doc = "$TMPDIR, else /tmp", .env = "DORMANT_DISK_DIR",
 		.doc = "directory of the disk copies of tags with policy disk "

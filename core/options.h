@@ -30,6 +30,7 @@ struct dormant_options {
 	bool parallel_devices;
 	bool wake_overlap;
 	int wake_map_threads;
+	const char *wake_copy;
 	char disk_dir[DORMANT_PATH_MAX]; /* "" after options_resolve(): $TMPDIR or /tmp */
 	size_t disk_chunk_bytes;
 	bool disk_names;

@@ -94,6 +94,8 @@ struct engine {
 	size_t disk_chunk_bytes;
 	bool disk_names;
 	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
+	int wake_copy; /* enum wake_copy_mode (wakecopy.h): what copies to the device */
+	_Atomic bool copy_kernel_warned; /* said once that the device cannot run it */
 	/* time spent in these calls, on any thread (dormant_transition_times) */
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
 	struct engine_device devices[DORMANT_DEVICES_MAX];
@@ -117,6 +119,7 @@ struct xfer_totals {
 	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
 	double copy_s;
 	struct dormant_transition_times times; /* copy_s and the calls' times: at the end */
+	struct dormant_wake_copy wake_copy;    /* wake: what copied (wakecopy.h) */
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
 
