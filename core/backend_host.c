@@ -19,9 +19,10 @@
  * the copy kernel either (-ENOTSUP); otherwise its "kernel" copies are
  * memcpy as its copy engines' are, but only from host memory pinned in one
  * range, as a kernel reading the host copy through its mapping needs.
- * DORMANT_HOST_COPY_GBPS=ENGINE:KERNEL, a test tool: the rates (1e9 bytes/s)
- * a wake's probes take for its copy engines and its copy kernel instead of
- * the time they measured (wakecopy.h), so tests drive wake_copy=auto's choice.
+ * DORMANT_HOST_COPY_GBPS=ENGINE[,ENGINE...]:KERNEL, a test tool: the rates
+ * (1e9 bytes/s) a wake's probes take for its copy engines (one per probe, the
+ * last repeating: a scrub that ends) and its copy kernel instead of the time
+ * they measured (wakecopy.h), so tests drive wake_copy=auto's choice.
  *
  * DORMANT_HOST_RENDEZVOUS=to_host:MS (or to_device:MS), a test tool too: the
  * first copy in that direction on each simulated device waits, up to MS
@@ -117,7 +118,11 @@ struct host_backend {
 	bool defer; /* DORMANT_HOST_DEFER_STREAMS=1 */
 	bool no_kernel; /* DORMANT_HOST_CHECKSUM=0: as a device without the kernel */
 	bool no_copy_kernel; /* DORMANT_HOST_COPY_KERNEL=0 */
-	double copy_gbps[2]; /* DORMANT_HOST_COPY_GBPS: engine, kernel; 0: unset */
+	/* DORMANT_HOST_COPY_GBPS: the engine's rates for its successive probes
+	 * (the last repeats), the kernel's; 0: unset */
+	double engine_gbps[8], kernel_gbps;
+	unsigned engine_gbps_count;
+	_Atomic unsigned engine_probes[DORMANT_DEVICES_MAX];
 	pthread_mutex_t lock; /* the streams and their queues */
 	struct host_stream *streams;
 	uint64_t next_stream_id;
@@ -693,31 +698,47 @@ static int host_copy_to_device_kernel(struct backend *b, int device, uintptr_t d
 
 static double host_simulated_copy_gbps(struct backend *b, int device, bool kernel)
 {
-	(void)device;
-	return host(b)->copy_gbps[kernel];
+	struct host_backend *h = host(b);
+	unsigned n;
+
+	if (kernel || !h->engine_gbps_count)
+		return h->kernel_gbps;
+	n = atomic_fetch_add(&h->engine_probes[device], 1);
+	return h->engine_gbps[MIN(n, h->engine_gbps_count - 1)];
 }
 
-/* "ENGINE:KERNEL", two positive rates in 1e9 bytes/s. */
-static int copy_gbps_parse(const char *text, double ret[2])
+/* "ENGINE[,ENGINE...]:KERNEL", rates in 1e9 bytes/s above 0. */
+static int copy_gbps_parse(struct host_backend *h, const char *text)
 {
 	char *end;
-	double engine, kernel;
+	double v;
 
-	errno = 0;
-	engine = strtod(text, &end);
-	if (errno || end == text || *end != ':')
-		goto bad;
+	h->engine_gbps_count = 0;
+	for (;;) {
+		errno = 0;
+		v = strtod(text, &end);
+		if (errno || end == text || !(v > 0) ||
+		    h->engine_gbps_count == ARRAY_SIZE(h->engine_gbps))
+			goto bad;
+		h->engine_gbps[h->engine_gbps_count++] = v;
+		if (*end == ':')
+			break;
+		if (*end != ',')
+			goto bad;
+		text = end + 1;
+	}
 	text = end + 1;
-	kernel = strtod(text, &end);
-	if (errno || end == text || *end || !(engine > 0) || !(kernel > 0))
+	errno = 0;
+	v = strtod(text, &end);
+	if (errno || end == text || *end || !(v > 0))
 		goto bad;
-	ret[0] = engine;
-	ret[1] = kernel;
+	h->kernel_gbps = v;
 	return 0;
 bad:
+	h->engine_gbps_count = 0;
 	return error_set(-EINVAL,
-			 "DORMANT_HOST_COPY_GBPS must be ENGINE:KERNEL, two rates in GB/s "
-			 "above 0 (e.g. 28:50)");
+			 "DORMANT_HOST_COPY_GBPS must be ENGINE[,ENGINE...]:KERNEL, rates in "
+			 "GB/s above 0, at most 8 for the copy engines (e.g. 28:50 or 28,55:50)");
 }
 
 static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, void *stream)
@@ -997,7 +1018,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	pthread_mutex_init(&h->pin_lock, NULL);
 	if (rendezvous_init(&h->rendezvous) < 0 ||
 	    ((env = getenv("DORMANT_HOST_COPY_GBPS")) && *env &&
-	     copy_gbps_parse(env, h->copy_gbps) < 0)) {
+	     copy_gbps_parse(h, env) < 0)) {
 		int r = -EINVAL;
 
 		pthread_cond_destroy(&h->rendezvous.cond);

@@ -139,6 +139,11 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      copies a wake's kept chunks to the device: the copy
  *                      engines, the copy kernel on the SMs, or per wake the
  *                      faster of the two as measured on its first bytes
+ *   wake_copy_probe_bytes    size  $DORMANT_WAKE_COPY_PROBE_BYTES  64MiB:
+ *                      auto times this much on each before choosing
+ *   wake_copy_reprobe_bytes  size  $DORMANT_WAKE_COPY_REPROBE_BYTES  4GiB:
+ *                      auto, the kernel chosen: times the copy engines again
+ *                      after this much
  *   disk_dir           path   $DORMANT_DISK_DIR  $TMPDIR, else /tmp: where
  *                      DORMANT_DISK copies go (dormant_set_disk_dir())
  *   disk_chunk_bytes   size   $DORMANT_DISK_CHUNK_BYTES  64MiB: largest disk

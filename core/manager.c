@@ -155,6 +155,8 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	m->engine.wake_copy = strcmp(o.wake_copy, "engine") == 0   ? WAKE_COPY_ENGINE
 			      : strcmp(o.wake_copy, "kernel") == 0 ? WAKE_COPY_KERNEL
 								   : WAKE_COPY_AUTO;
+	m->engine.wake_copy_probe_bytes = o.wake_copy_probe_bytes;
+	m->engine.wake_copy_reprobe_bytes = o.wake_copy_reprobe_bytes;
 	/* disk copies: the directory is copied in when a sleep starts */
 	m->engine.disk_chunk_bytes = o.disk_chunk_bytes;
 	m->engine.disk_names = o.disk_names;

@@ -165,7 +165,7 @@ static int probe_close(struct pipeline *p)
 
 	if (r < 0)
 		return r;
-	if (b->ops->simulated_copy_gbps)
+	if (b->ops->simulated_copy_gbps && p->wc->probe_left == 0)
 		gbps = b->ops->simulated_copy_gbps(b, p->device, p->wc->kernel);
 	wake_copy_segment_close(p->wc, now_monotonic_s(), gbps);
 	return 0;

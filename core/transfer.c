@@ -820,7 +820,8 @@ static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc)
 		if (!kernel_ok)
 			error_clear();
 	}
-	wake_copy_start(wc, (enum wake_copy_mode)e->wake_copy, kernel_ok);
+	wake_copy_start(wc, (enum wake_copy_mode)e->wake_copy, kernel_ok,
+			e->wake_copy_probe_bytes, e->wake_copy_reprobe_bytes);
 }
 
 /* Before a wake that maps ahead of its copies: a device that has less free

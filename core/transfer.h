@@ -95,6 +95,7 @@ struct engine {
 	bool disk_names;
 	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
 	int wake_copy; /* enum wake_copy_mode (wakecopy.h): what copies to the device */
+	size_t wake_copy_probe_bytes, wake_copy_reprobe_bytes;
 	_Atomic bool copy_kernel_warned; /* said once that the device cannot run it */
 	/* time spent in these calls, on any thread (dormant_transition_times) */
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;

@@ -19,15 +19,18 @@ static void probe_begin(struct wake_copy *wc, enum wake_copy_phase phase)
 {
 	wc->phase = phase;
 	wc->kernel = phase == WAKE_COPY_PROBE_KERNEL;
-	wc->probe_left = WAKE_COPY_PROBE_BYTES;
+	wc->probe_left = wc->probe_size;
 	wc->probe_bytes = 0;
 	wc->probe_s = 0;
 	wc->segment_start = 0;
 }
 
-void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel_ok)
+void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel_ok,
+		     uint64_t probe_size, uint64_t reprobe_size)
 {
 	memset(wc, 0, sizeof(*wc));
+	wc->probe_size = MAX(probe_size, (uint64_t)1);
+	wc->reprobe_size = reprobe_size;
 	wc->mode = kernel_ok ? mode : WAKE_COPY_ENGINE;
 	wc->phase = WAKE_COPY_RUN;
 	wc->kernel = wc->mode == WAKE_COPY_KERNEL;
@@ -50,7 +53,7 @@ void wake_copy_count(struct wake_copy *wc, uint64_t size)
 		return;
 	/* the kernel was chosen: is the scrub over yet? */
 	wc->since_choice += size;
-	if (wc->since_choice >= WAKE_COPY_REPROBE_BYTES)
+	if (wc->since_choice >= wc->reprobe_size)
 		probe_begin(wc, WAKE_COPY_PROBE_ENGINE);
 }
 

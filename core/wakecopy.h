@@ -9,11 +9,12 @@
  * the rate for a second. The kernel reads the pinned host copy over PCIe
  * with the SMs and keeps nearly the full rate; with the copy engines free it
  * is a little slower than they are. So wake_copy=auto measures: each
- * device's wake times its first WAKE_COPY_PROBE_BYTES on the copy engines,
- * the next as many with the kernel, and copies the rest with the faster
- * (wake_copy_choose(): the kernel only when clearly faster). Having chosen
- * the kernel it times the copy engines again every WAKE_COPY_REPROBE_BYTES,
- * and goes back to them once the scrub is over.
+ * device's wake times its first wake_copy_probe_bytes (64 MiB) on the copy
+ * engines, the next as many with the kernel, and copies the rest with the
+ * faster (wake_copy_choose(): the kernel only when clearly faster). Having
+ * chosen the kernel it times the copy engines again every
+ * wake_copy_reprobe_bytes (4 GiB) the kernel copied, and goes back to them
+ * once the scrub is over.
  *
  * A probe is timed on the host: the pipeline is drained before it starts
  * and when it ends (also at each chunk's end, so that waiting for the next
@@ -30,8 +31,6 @@
 
 #include "dormant.h"
 
-#define WAKE_COPY_PROBE_BYTES (64ull << 20)
-#define WAKE_COPY_REPROBE_BYTES (4ull << 30)
 /* The kernel must beat the copy engines by this factor to be chosen: both
  * copy at the same PCIe limit when the copy engines are free, so a small
  * difference is noise. */
@@ -52,6 +51,7 @@ enum wake_copy_phase {
 /* One device's share of one wake. */
 struct wake_copy {
 	enum wake_copy_mode mode;
+	uint64_t probe_size, reprobe_size; /* the options' bytes */
 	bool kernel;  /* the method of the next direct piece */
 	bool decided; /* auto: a choice was made (a later one may switch) */
 	bool choice;  /* auto: the latest choice (true: the kernel) */
@@ -72,9 +72,12 @@ struct wake_copy {
  * 0 or less means unmeasured (never the kernel). */
 bool wake_copy_choose(double engine_gbps, double kernel_gbps);
 
-/* Start a device's wake. kernel_ok: the device can run the kernel (else
- * every mode copies with the copy engines). */
-void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel_ok);
+/* Start a device's wake, probes of probe_size bytes, timing the copy
+ * engines again after reprobe_size bytes of the kernel. kernel_ok: the
+ * device can run the kernel (else every mode copies with the copy
+ * engines). */
+void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel_ok,
+		     uint64_t probe_size, uint64_t reprobe_size);
 
 /* Whether a probe is under way (its pieces must be cut at probe_left and
  * timed: wake_copy_segment_*()). */
