@@ -647,7 +647,7 @@ def trainer_env(args, overlap, out, label):
     env.pop("DORMANT_WAKE_MAP_THREADS", None)
     if overlap > 1:
         env["DORMANT_WAKE_MAP_THREADS"] = str(overlap)
-    if args.wake_copy:
+    if getattr(args, "wake_copy", None):  # a Namespace of the tests may lack it
         env["DORMANT_WAKE_COPY"] = args.wake_copy
     if args.no_empty_cache:
         env["DORMANT_TORCH_EMPTY_CACHE"] = "0"
