@@ -132,7 +132,7 @@ static json_t *with_checksums(json_t *o, uint64_t unchanged, uint64_t verified,
 /* Where a transition's time went (struct dormant_transition_times). */
 static json_t *times_json(const struct dormant_transition_times *t)
 {
-	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			 "sync_s", api_number(t->sync_s, API_SECONDS),
 			 "host_prep_s", api_number(t->host_prep_s, API_SECONDS),
 			 "host_pin_s", api_number(t->host_pin_s, API_SECONDS),
@@ -142,7 +142,26 @@ static json_t *times_json(const struct dormant_transition_times *t)
 			 "map_s", api_number(t->map_s, API_SECONDS),
 			 "map_wait_s", api_number(t->map_wait_s, API_SECONDS),
 			 "zero_wait_s", api_number(t->zero_wait_s, API_SECONDS),
-			 "comms_s", api_number(t->comms_s, API_SECONDS));
+			 "comms_s", api_number(t->comms_s, API_SECONDS),
+			 "setup_s", api_number(t->setup_s, API_SECONDS),
+			 "checksum_s", api_number(t->checksum_s, API_SECONDS),
+			 "rebuild_s", api_number(t->rebuild_s, API_SECONDS),
+			 "warmup_wait_s", api_number(t->warmup_wait_s, API_SECONDS));
+}
+
+/* The background warm-up (struct dormant_warmup_stats). */
+static json_t *warmup_json(const struct dormant_warmup_stats *w)
+{
+	return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
+			 "state", dormant_warmup_state_name(w->state),
+			 "runs", count_json(w->runs),
+			 "failures", count_json(w->failures),
+			 "cancelled", count_json(w->cancelled),
+			 "device_setups", count_json(w->device_setups),
+			 "host_bytes_total", count_json(w->host_bytes),
+			 "seconds_total", api_number(w->seconds_total, API_SECONDS),
+			 "last_result", w->last_result,
+			 "last_error", text(w->last_error, sizeof(w->last_error)));
 }
 
 /* What copied a wake to the device (struct dormant_wake_copy). */
@@ -333,6 +352,7 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 		goto err;
 	counters = json_object_get(o, "counters");
 	if (json_object_set_new(o, "verify", json_boolean(st->verify)) < 0 ||
+	    json_object_set_new(o, "warmup", warmup_json(&st->warmup)) < 0 ||
 	    json_object_set_new(counters, "bytes_unchanged_total",
 				count_json(st->bytes_unchanged_total)) < 0 ||
 	    json_object_set_new(counters, "chunks_verified_total",

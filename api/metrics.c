@@ -35,6 +35,10 @@ static const struct {
 	{ "map_wait", offsetof(struct dormant_transition_times, map_wait_s) },
 	{ "zero_wait", offsetof(struct dormant_transition_times, zero_wait_s) },
 	{ "comms", offsetof(struct dormant_transition_times, comms_s) },
+	{ "setup", offsetof(struct dormant_transition_times, setup_s) },
+	{ "checksum", offsetof(struct dormant_transition_times, checksum_s) },
+	{ "rebuild", offsetof(struct dormant_transition_times, rebuild_s) },
+	{ "warmup_wait", offsetof(struct dormant_transition_times, warmup_wait_s) },
 };
 
 static double phase_seconds(const struct dormant_transition_times *t, size_t i)
@@ -211,6 +215,26 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 			value_double(f, phase_seconds(times_total[k], i));
 		}
 	}
+
+	family(f, "dormant_warmup_runs_total", "counter",
+	       "Warm-up runs (dormant_warm_up(), background), by result: ok, failed (the next "
+	       "sleep does the rest itself), cancelled (a sleep or wake stopped it).");
+	fputs("dormant_warmup_runs_total{result=\"ok\"}", f);
+	value_u64(f, st->warmup.runs - st->warmup.failures - st->warmup.cancelled);
+	fputs("dormant_warmup_runs_total{result=\"failed\"}", f);
+	value_u64(f, st->warmup.failures);
+	fputs("dormant_warmup_runs_total{result=\"cancelled\"}", f);
+	value_u64(f, st->warmup.cancelled);
+	family(f, "dormant_warmup_seconds_total", "counter", "Time the warm-up runs took.");
+	fputs("dormant_warmup_seconds_total", f);
+	value_double(f, st->warmup.seconds_total);
+	family(f, "dormant_warmup_host_bytes_total", "counter",
+	       "Host copies the warm-up allocated and pinned ahead of a sleep (retain mode).");
+	fputs("dormant_warmup_host_bytes_total", f);
+	value_u64(f, st->warmup.host_bytes);
+	family(f, "dormant_warmup_running", "gauge", "1 while a warm-up runs.");
+	fprintf(f, "dormant_warmup_running %d\n",
+		st->warmup.state == DORMANT_WARMUP_RUNNING ? 1 : 0);
 
 	family(f, "dormant_transition_running", "gauge", "1 while a sleep or wake runs.");
 	fprintf(f, "dormant_transition_running %d\n", st->transition_running ? 1 : 0);

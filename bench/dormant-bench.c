@@ -78,6 +78,7 @@ struct options {
 	const char *json_out;
 	bool force;
 	bool verbose;
+	const char *warm_up; /* off, call, wait */
 	bool debug_corrupt;
 };
 
@@ -101,6 +102,7 @@ struct ceiling {
 
 struct sample {
 	double duration_s; /* the report's */
+	struct dormant_transition_times times; /* the report's parts */
 	double wall_s;     /* around the call */
 	double cpu_s;      /* process CPU time during the call */
 	double copy_gbps;  /* the engine's own figure */
@@ -147,6 +149,7 @@ struct bench {
 	struct cycle *cycles;
 	unsigned cycles_done;
 	double alloc_s, fill_s, verify_s;
+	double warmup_s; /* --warm-up call: dormant_warm_up(); wait: until the background run is done */
 	uint64_t verified_keep_bytes, verified_zero_bytes;
 };
 
@@ -188,6 +191,10 @@ static void usage(FILE *f)
 	      "  --json              print one JSON object on stdout instead of the table\n"
 	      "  --json-out FILE     also write that JSON object to FILE\n"
 	      "  --force             run even when the sizes do not seem to fit in memory\n"
+	      "  --warm-up MODE      before the first sleep: off (the library's warm-up off:\n"
+	      "                      the cold cycle sets everything up), call (dormant_warm_up()\n"
+	      "                      after the fill) or wait (the library's background warm-up,\n"
+	      "                      waited for); default off\n"
 	      "  --verbose           the library's log on stderr\n"
 	      "  --debug-corrupt     change one kept byte before the check (the run must fail)\n"
 	      "  -h, --help          this text\n"
@@ -223,7 +230,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 		OPT_KEEP = 256, OPT_DISCARD, OPT_TENSORS, OPT_CYCLES, OPT_BACKEND, OPT_HOST_MODE,
 		OPT_CHUNK, OPT_STAGING, OPT_COPY_THREADS, OPT_CEILING_REPS, OPT_SEED, OPT_LABEL,
 		OPT_JSON, OPT_JSON_OUT, OPT_FORCE, OPT_VERBOSE, OPT_DEBUG_CORRUPT, OPT_HELP,
-		OPT_DEVICES,
+		OPT_DEVICES, OPT_WARM_UP,
 	};
 	static const struct option longopts[] = {
 		{ "keep", required_argument, NULL, OPT_KEEP },
@@ -243,6 +250,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 		{ "json-out", required_argument, NULL, OPT_JSON_OUT },
 		{ "force", no_argument, NULL, OPT_FORCE },
 		{ "verbose", no_argument, NULL, OPT_VERBOSE },
+		{ "warm-up", required_argument, NULL, OPT_WARM_UP },
 		{ "debug-corrupt", no_argument, NULL, OPT_DEBUG_CORRUPT },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, 'V' },
@@ -253,6 +261,7 @@ static int options_parse(int argc, char **argv, struct options *o)
 
 	*o = (struct options){
 		.backend = "auto",
+		.warm_up = "off",
 		.host_mode = DORMANT_HOST_DEFAULT,
 		.keep_bytes = 16 * GiB,
 		.discard_bytes = 16 * GiB,
@@ -349,6 +358,13 @@ static int options_parse(int argc, char **argv, struct options *o)
 			break;
 		case OPT_VERBOSE:
 			o->verbose = true;
+			break;
+		case OPT_WARM_UP:
+			if (strcmp(optarg, "off") && strcmp(optarg, "call") && strcmp(optarg, "wait")) {
+				fprintf(stderr, "dormant-bench: --warm-up must be off, call or wait\n");
+				return -1;
+			}
+			o->warm_up = optarg;
 			break;
 		case OPT_DEBUG_CORRUPT:
 			o->debug_corrupt = true;
@@ -909,6 +925,7 @@ static int transition(struct bench *b, bool sleep, struct sample *s)
 			return bench_fail("%s: tag '%s' is %s afterwards", kind, rep->tags[i].tag,
 				    dormant_state_name(rep->tags[i].after));
 	s->duration_s = rep->duration_s;
+	s->times = rep->times;
 	s->copy_gbps = rep->copy_gbps;
 	s->copied = rep->bytes_copied;
 	s->released = rep->bytes_released;
@@ -1074,8 +1091,12 @@ static void table_print(const struct bench *b, const struct medians *md)
 		printf("devices: %u, the sizes on each, driven %s\n", o->devices,
 		       b->m->engine.serial_devices ? "one after another (DORMANT_PARALLEL_DEVICES=0)"
 						   : "at once");
-	printf("setup: allocate %.3f s, fill %.3f s; device mapped %s\n", b->alloc_s, b->fill_s,
-	       bytes_human(b->keep_reserved + b->discard_reserved, text, sizeof(text)));
+	printf("setup: allocate %.3f s, fill %.3f s; device mapped %s; warm-up %s", b->alloc_s,
+	       b->fill_s, bytes_human(b->keep_reserved + b->discard_reserved, text, sizeof(text)),
+	       o->warm_up);
+	if (strcmp(o->warm_up, "off") != 0)
+		printf(" (%.3f s)", b->warmup_s);
+	printf("\n");
 	if (b->ceiling.measured)
 		printf("ceiling: pinned copies of %s in %zu MiB pieces, median of %u: "
 		       "device->host %.4f s = %.1f GB/s, host->device %.4f s = %.1f GB/s "
@@ -1112,6 +1133,15 @@ static void table_print(const struct bench *b, const struct medians *md)
 			  v[FIG_WAKE_CPU_S], v[FIG_RETURNED_PCT], v[FIG_HOST_ASLEEP],
 			  v[FIG_HOST_AWAKE], v[FIG_HOST_SETTLED]);
 	}
+	/* where the cold sleep's extra time went, beside the last warm one */
+	for (unsigned i = 0; i < b->cycles_done; i += MAX(b->cycles_done - 1, 1u)) {
+		const struct dormant_transition_times *t = &b->cycles[i].sleep.times;
+
+		printf("%-7s sleep parts s: setup %.4f, checksum %.4f, host prep %.4f, pin %.4f, "
+		       "wait %.4f, copy %.4f, release %.4f, warm-up wait %.4f\n",
+		       i == 0 ? "cold" : "last", t->setup_s, t->checksum_s, t->host_prep_s,
+		       t->host_pin_s, t->host_wait_s, t->copy_s, t->release_s, t->warmup_wait_s);
+	}
 	printf("(median: of the %u warm cycles; GB/s: kept bytes per second, 1e9 bytes; ceil "
 	       "ratio: to the pinned copy ceiling; GPU back: device bytes freed by sleep / bytes "
 	       "managed; host: copies + pinned staging; settled: after background frees)\n",
@@ -1140,6 +1170,14 @@ static void json_sample(struct json *j, const char *key, const struct sample *s,
 	json_u64(j, "bytes_released", s->released);
 	json_u64(j, "bytes_mapped", s->mapped);
 	json_u64(j, "bytes_zeroed", s->zeroed);
+	/* the report's parts: a cold sleep's setup and host copies show here */
+	json_object_begin(j, "times");
+#define TIME(part) json_double(j, #part, s->times.part);
+	TIME(sync_s) TIME(setup_s) TIME(checksum_s) TIME(host_prep_s) TIME(host_pin_s)
+	TIME(host_wait_s) TIME(copy_s) TIME(release_s) TIME(map_s) TIME(map_wait_s)
+	TIME(zero_wait_s) TIME(warmup_wait_s)
+#undef TIME
+	json_object_end(j);
 	json_object_end(j);
 }
 
@@ -1229,6 +1267,8 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 	json_double(&j, "alloc_s", b->alloc_s);
 	json_double(&j, "fill_s", b->fill_s);
 	json_double(&j, "verify_s", b->verify_s);
+	json_string(&j, "warm_up", b->opt.warm_up);
+	json_double(&j, "warmup_s", b->warmup_s);
 	json_object_end(&j);
 
 	json_array_begin(&j, "cycles");
@@ -1350,6 +1390,11 @@ static int bench_setup(struct bench *b)
 		r = dormant_options_set_int(dopts, "host_devices", (long long)o->devices);
 	if (r == 0 && o->verbose)
 		r = dormant_options_set_log(dopts, log_to_stderr, NULL);
+	/* the cold cycle is cold unless asked: no background run may land
+	 * between the fill and the first sleep by chance */
+	if (r == 0)
+		r = dormant_options_set(dopts, "warmup",
+					strcmp(o->warm_up, "wait") == 0 ? "auto" : "off");
 	if (r == 0)
 		r = dormant_new(dopts, &b->m);
 	dormant_options_destroy(dopts);
@@ -1385,6 +1430,33 @@ static int bench_setup(struct bench *b)
 	return 0;
 }
 
+/* --warm-up: prepare the first sleep ahead (call), or wait for the library to
+ * (wait: its background run once the allocations settled), timed. */
+static int warm_up(struct bench *b)
+{
+	double start = now_monotonic_s();
+
+	if (strcmp(b->opt.warm_up, "call") == 0) {
+		if (dormant_warm_up(b->m) < 0)
+			return bench_fail_lib("warming up");
+	} else if (strcmp(b->opt.warm_up, "wait") == 0) {
+		for (;;) {
+			if (dormant_stats_get(b->m, b->stats) < 0)
+				return bench_fail_lib("reading stats");
+			if (b->stats->warmup.runs && b->stats->warmup.state == DORMANT_WARMUP_IDLE)
+				break;
+			if (now_monotonic_s() - start > 300)
+				return bench_fail("the background warm-up did not finish in 300 s");
+			usleep(10000);
+		}
+		if (b->stats->warmup.last_result < 0)
+			fprintf(stderr, "dormant-bench: the warm-up failed (the sleep does it): %s\n",
+				b->stats->warmup.last_error);
+	}
+	b->warmup_s = now_monotonic_s() - start;
+	return 0;
+}
+
 static void bench_finish(struct bench *b)
 {
 	if (b->m) {
@@ -1409,7 +1481,8 @@ static int bench_run(struct bench *b)
 	r = fit_check(b);
 	if (r != 0)
 		return r;
-	if (ceiling_measure(b) < 0 || tensors_allocate(b) < 0 || tensors_fill(b) < 0)
+	if (ceiling_measure(b) < 0 || tensors_allocate(b) < 0 || tensors_fill(b) < 0 ||
+	    warm_up(b) < 0)
 		return -1;
 	for (unsigned i = 0; i < b->opt.cycles; i++) {
 		if (cycle_run(b, &b->cycles[i]) < 0) {

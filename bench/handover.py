@@ -631,11 +631,28 @@ def transition(client, action, tags):
     return r, report
 
 
+# Every part of a report's "times" (openapi.yaml's TransitionTimes), in the
+# JSON of each phase; the tables show those of each way (a sleep maps nothing).
+PARTS = ("sync_s", "setup_s", "checksum_s", "host_prep_s", "host_pin_s", "host_wait_s",
+         "copy_s", "release_s", "map_s", "map_wait_s", "zero_wait_s", "comms_s", "rebuild_s",
+         "warmup_wait_s")
+# (column, part): the handover's two halves as columns. "free" is the
+# rollout's own (its free and empty_cache, timed in its process), "verify" the
+# wake's wait for the last checksums, "NCCL" the communicators' suspend/resume
+# hooks (comms_s).
+SLEEP_COLUMNS = (("sync", "sync_s"), ("setup", "setup_s"), ("checksum", "checksum_s"),
+                 ("host prep", "host_prep_s"), ("pin", "host_pin_s"),
+                 ("host wait", "host_wait_s"), ("copy", "copy_s"), ("release", "release_s"),
+                 ("NCCL", "comms_s"), ("warm-up", "warmup_wait_s"))
+WAKE_COLUMNS = (("free", None), ("setup", "setup_s"), ("map", "map_s"),
+                ("map wait", "map_wait_s"), ("copy", "copy_s"), ("zero wait", "zero_wait_s"),
+                ("verify", "checksum_s"), ("NCCL", "comms_s"), ("rebuild", "rebuild_s"),
+                ("warm-up", "warmup_wait_s"))
+
+
 def part_row(report):
     t = report.get("times") or {}
-    return {k: t.get(k, 0.0) for k in ("sync_s", "host_prep_s", "host_pin_s", "host_wait_s",
-                                        "copy_s", "release_s", "map_s", "map_wait_s",
-                                        "zero_wait_s", "comms_s")}
+    return {k: t.get(k, 0.0) for k in PARTS}
 
 
 def trainer_env(args, overlap, out, label):
@@ -814,6 +831,10 @@ def summarize(r, ceiling):
     for way in ("sleep", "wake"):
         r[f"{way}_parts"] = {k: med([p[f"{way}_parts"][k] for p in steady])
                              for k in steady[0][f"{way}_parts"]}
+        # the first phase apart: a cold sleep's setup and host copies
+        r[f"first_{way}_parts"] = dict(phases[0][f"{way}_parts"])
+        r[f"first_{way}_s"] = phases[0][f"{way}_s"]
+    r["first_rollout_free_s"] = phases[0]["rollout_free"].get("free_s", 0.0)
     for k in ("trainer_awake_mib", "trainer_asleep_mib", "rollout_idle_mib",
               "rollout_holding_mib"):
         vals = [p[k] for p in steady if p.get(k) is not None]
@@ -908,21 +929,34 @@ def table(results, ceiling, args):
     for r in results:
         if "sleep_s" in r:
             lines.append(memory_line(r))
-    lines.append("parts (median s)      " + " ".join(f"{k[:-2]:>9s}" for k in (
-        "sync_s", "host_prep_s", "host_pin_s", "host_wait_s", "copy_s", "release_s", "map_s",
-        "map_wait_s", "zero_wait_s", "comms_s")))
-    for r in results:
-        for way in ("sleep", "wake"):
-            if f"{way}_parts" in r:
-                p = r[f"{way}_parts"]
-                lines.append(f"{r['label'][:14]:14s} {way:6s} " +
-                             " ".join(f"{p[k]:9.4f}" for k in p))
+    lines.extend(parts_table(results))
     if results and "params" in results[0]:
         lines.append(f"{results[0]['params'] / 1e6:.0f} M parameters; {args.phases} phases, "
                      f"medians of the phases after the first; rollout: {args.rollout_alloc} in "
                      f"{args.rollout_tensors} tensors, margin {args.margin_mib} MiB; host mode "
                      f"{args.host_mode}; wake target >= {TARGET_WAKE} of the ceiling")
     return "\n".join(lines)
+
+
+def parts_table(results):
+    """The handover by part, seconds: the sleep's parts, then the wake's with
+    the rollout's free before it; per run the first phase (cold: the device
+    set up, host copies made) and the median of the others."""
+    lines = []
+    for way, columns in (("sleep", SLEEP_COLUMNS), ("wake", WAKE_COLUMNS)):
+        lines.append(f"{way} parts (s)           " +
+                     " ".join(f"{name:>9s}" for name, _ in columns) + f" {'total':>9s}")
+        for r in results:
+            if f"{way}_parts" not in r:
+                continue
+            for which, parts, total, free in (
+                    ("first", r[f"first_{way}_parts"], r[f"first_{way}_s"],
+                     r["first_rollout_free_s"]),
+                    ("median", r[f"{way}_parts"], r[f"{way}_s"], r["rollout_free_s"])):
+                cells = [free if key is None else parts.get(key, 0.0) for _, key in columns]
+                lines.append(f"{r['label'][:20]:20s} {which:6s}" +
+                             " ".join(f"{c:9.4f}" for c in cells) + f" {total:9.4f}")
+    return lines
 
 
 def driver_main(args):

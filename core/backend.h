@@ -99,6 +99,10 @@ struct backend_ops {
 	 * the copy kernel, which a wake's probe takes instead of the one it
 	 * timed (wakecopy.h); 0: none, time it. */
 	double (*simulated_copy_gbps)(struct backend *b, int device, bool kernel);
+	/* Load the checksum kernel now, as the first hash would (the engine's
+	 * device setup: a warm-up does it ahead of the first sleep). May be
+	 * NULL (nothing to load); -ENOTSUP when the device cannot run it. */
+	int (*checksum_prepare)(struct backend *b, int device);
 	/* Tests only, may be NULL: queue a write of device memory on the
 	 * device's default stream, run at the next synchronize (the host
 	 * backend with DORMANT_HOST_DEFER_STREAMS=1). */

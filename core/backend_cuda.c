@@ -538,6 +538,7 @@ static const struct backend_ops cuda_ops = {
 	.checksum_queue = cuda_checksum_queue,
 	.checksum_finish = cuda_checksum_finish,
 	.copy_to_device_kernel = cuda_copy_to_device_kernel,
+	.checksum_prepare = cuda_checksum_prepare,
 };
 
 static int api_load(struct cuda_api *api)

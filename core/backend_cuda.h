@@ -114,6 +114,7 @@ int cuda_checksum_start(struct backend *b, int device, const struct checksum_ran
 			void **ret_job);
 int cuda_checksum_queue(struct backend *b, int device, void *job, size_t g, void *event);
 int cuda_checksum_finish(struct backend *b, int device, void *job, struct checksum *out);
+int cuda_checksum_prepare(struct backend *b, int device);
 
 /* The copy kernel's op (backend.h), in backend_cuda_copy.c. */
 int cuda_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, const void *src,

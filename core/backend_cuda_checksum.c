@@ -288,6 +288,23 @@ int cuda_checksum_finish(struct backend *b, int device, void *job, struct checks
 	return r;
 }
 
+/* Load the device's kernel now (cuModuleLoadData compiles the PTX): the
+ * engine's device setup, ahead of the first hash. */
+int cuda_checksum_prepare(struct backend *b, int device)
+{
+	struct cuda_backend *c = cuda(b);
+	CUfunction kernel;
+	CUcontext saved;
+	int r;
+
+	r = context_enter(c, device, &saved);
+	if (r < 0)
+		return r;
+	r = kernel_get(c, device, &kernel);
+	context_leave(c, saved);
+	return r;
+}
+
 /* One job of one group on the caller's stream, after its queued work. */
 int cuda_checksum(struct backend *b, int device, const struct checksum_range *ranges,
 			 size_t count, void *stream, struct checksum *out)

@@ -151,6 +151,11 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   disk_names         bool   $DORMANT_DISK_NAMES  false: give disk copies a
  *                      name in disk_dir while they exist (a crash then leaves
  *                      them behind; unnamed files never outlive the process)
+ *   warmup             auto|device|off  $DORMANT_WARMUP  auto: what the first
+ *                      sleep would set up is done in the background once
+ *                      allocations settle (dormant_warm_up())
+ *   warmup_settle_ms   int    $DORMANT_WARMUP_SETTLE_MS  2000: the warm-up
+ *                      starts when no allocation came for this long
  *
  * dormant_option_name() and friends list them at run time with their docs
  * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
@@ -401,6 +406,15 @@ struct dormant_transition_times {
 	double comms_s;         /* the DORMANT_HOOK_AFTER_COPIES (sleep) or
 				 * DORMANT_HOOK_BEFORE_REBUILD (wake) hooks: where
 				 * communicators are suspended and resumed */
+	double setup_s;         /* a device's one-time setup, on the first
+				 * transition that uses it unless the warm-up
+				 * did it (dormant_warm_up()): streams, events,
+				 * loading the checksum kernel, the staging ring */
+	double checksum_s;      /* sleep: hashing the kept chunks before the
+				 * copies; wake: waiting for the last hashes
+				 * after the copies and comparing them */
+	double rebuild_s;       /* wake: the rebuild callbacks (dormant_set_rebuild()) */
+	double warmup_wait_s;   /* waiting for a running warm-up to stop */
 };
 
 /* How a wake copied kept chunks to the device (option wake_copy): by the
@@ -546,6 +560,29 @@ struct dormant_histogram {
 	double sum_s;
 };
 
+/* Where the background warm-up (dormant_warm_up()) stands. */
+enum dormant_warmup_state {
+	DORMANT_WARMUP_OFF = 0, /* option warmup=off: never runs by itself */
+	DORMANT_WARMUP_IDLE,    /* nothing to prepare (no allocation since the last run) */
+	DORMANT_WARMUP_PENDING, /* allocations came: runs once they settle */
+	DORMANT_WARMUP_RUNNING,
+};
+
+struct dormant_warmup_stats {
+	enum dormant_warmup_state state;
+	uint64_t runs;           /* finished, stopped or failed */
+	uint64_t failures;       /* runs that failed (a sleep then does the work) */
+	uint64_t cancelled;      /* runs a sleep or wake stopped early */
+	uint64_t device_setups;  /* devices set up so far, by a warm-up or a transition */
+	uint64_t host_bytes;     /* host copies it prepared, in total (retain mode) */
+	double seconds_total;    /* time its runs took */
+	int last_result;         /* of the last run: 0 or a negative errno */
+	char last_error[DORMANT_ERROR_MAX];
+};
+
+/* "off", "idle", "pending", "running"; "unknown" otherwise. */
+DORMANT_EXPORT const char *dormant_warmup_state_name(enum dormant_warmup_state state);
+
 struct dormant_device_stats {
 	int ordinal;
 	uint64_t free_bytes;    /* as the device reports it now */
@@ -600,6 +637,7 @@ struct dormant_stats {
 	 * bytes to the device by what moved them (since dormant_new()) */
 	uint64_t wakes_copy_engine, wakes_copy_kernel, wakes_copy_mixed;
 	uint64_t bytes_to_device_engine_total, bytes_to_device_kernel_total;
+	struct dormant_warmup_stats warmup;
 };
 
 /*
@@ -636,6 +674,30 @@ DORMANT_EXPORT int dormant_set_verify(struct dormant *m, bool on);
  * it. Never fails (-EINVAL for NULL p with size > 0 or NULL out).
  */
 DORMANT_EXPORT int dormant_checksum(const void *p, size_t size, uint64_t offset, uint64_t out[2]);
+
+/* ---- Warm-up ------------------------------------------------------------- */
+
+/*
+ * Prepare now, on the calling thread, what the next sleep would otherwise set
+ * up first (docs/design.md, "Warm-up"): on every device with managed memory,
+ * the copy streams and events, the checksum kernel (loaded and compiled by
+ * the driver) and, where copies go unpinned, the staging ring; in retain mode
+ * (with option warmup=auto) also the host copies of the kept allocations
+ * awake now, allocated, faulted in and pinned: the host memory retain mode
+ * holds from the first sleep on, held from now (it counts in host_bytes).
+ * What the manager also does in the background once allocations settle
+ * (option warmup, warmup_settle_ms); this call waits for a background run
+ * first, and works with warmup=off too.
+ *
+ * Never needed for correctness: a sleep uses what is prepared and does the
+ * rest itself. A sleep or wake that starts meanwhile stops the warm-up at its
+ * next chunk and waits for it (the report's times.warmup_wait_s); what it
+ * prepared by then stays prepared. Thread-safe. Returns 0, -EBUSY (a
+ * transition runs; nothing done), -ECANCELED (a transition stopped it), or
+ * the error of the step that failed (-ENOMEM, -EIO: the rest stays for the
+ * sleep, which then does it itself); -EINVAL for NULL m.
+ */
+DORMANT_EXPORT int dormant_warm_up(struct dormant *m);
 
 /* ---- Trainer guard ------------------------------------------------------- */
 

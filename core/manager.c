@@ -165,6 +165,11 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->guard_cond, &attr);
 	pthread_condattr_destroy(&attr);
+	/* what the first sleep would set up, ahead of it (warmup.h) */
+	warmup_init(m, strcmp(o.warmup, "off") == 0	   ? WARMUP_OFF
+		       : strcmp(o.warmup, "device") == 0 ? WARMUP_DEVICE
+							 : WARMUP_AUTO,
+		    o.warmup_settle_ms);
 	log_write(&m->log, DORMANT_LOG_INFO, "dormant: %s backend, %d device(s), host mode %s",
 		  m->backend->ops->name, m->backend->ops->device_count(m->backend),
 		  dormant_host_mode_name(m->host_mode));
@@ -183,6 +188,7 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 	if (!m)
 		return;
 	torch_forget(m);
+	warmup_finish(m);
 	pthread_mutex_lock(&m->lock);
 	while (m->alloc_count)
 		alloc_release(m, m->allocs[--m->alloc_count]);
@@ -733,6 +739,7 @@ DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int
 		goto out;
 	}
 	*ret_ptr = a->ptr;
+	warmup_note_alloc(m);
 out:
 	pthread_mutex_unlock(&m->lock);
 	return r;
@@ -912,6 +919,7 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->wake_seconds = m->wake_seconds;
 	ret->sleep_times_total = m->sleep_times_total;
 	ret->wake_times_total = m->wake_times_total;
+	warmup_stats_get(m, &ret->warmup);
 	pthread_mutex_unlock(&m->lock);
 
 	ret->staging_bytes = atomic_load(&m->engine.staging_held);

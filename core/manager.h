@@ -16,6 +16,7 @@
 #include "options.h"
 #include "slab.h"
 #include "transfer.h"
+#include "warmup.h"
 #include "workers.h"
 
 /* A piece of physical memory backing part of an allocation. */
@@ -135,6 +136,7 @@ struct dormant {
 	struct dormant_transition_stats last_sleep, last_wake;
 	struct dormant_histogram sleep_seconds, wake_seconds;
 	struct dormant_transition_times sleep_times_total, wake_times_total;
+	struct warmup warmup; /* warmup.h */
 };
 
 /* The policy an allocation's memory sleeps and wakes with now. Call with

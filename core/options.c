@@ -186,6 +186,21 @@ static const struct option options[] = {
 		.doc = "give disk copies a name in disk_dir while they exist (a crash leaves "
 		       "them behind; unnamed ones never outlive the process)",
 	},
+	{
+		.name = "warmup", .type = OPTION_ENUM, .offset = FIELD(warmup),
+		.default_value = "auto", .env = "DORMANT_WARMUP",
+		.values = VALUES("auto", "device", "off"),
+		.doc = "set up in the background, once allocations settle, what the first sleep "
+		       "would: device streams and the checksum kernel (device), and in retain "
+		       "mode also the kept memory's pinned host copies (auto); off: the first "
+		       "sleep does it",
+	},
+	{
+		.name = "warmup_settle_ms", .type = OPTION_INT, .offset = FIELD(warmup_settle_ms),
+		.default_value = "2000", .env = "DORMANT_WARMUP_SETTLE_MS", .min = 0,
+		.max = 3600000,
+		.doc = "the warm-up starts once no allocation came for this long",
+	},
 };
 
 _Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_options.set has 64 bits");

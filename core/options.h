@@ -36,6 +36,8 @@ struct dormant_options {
 	char disk_dir[DORMANT_PATH_MAX]; /* "" after options_resolve(): $TMPDIR or /tmp */
 	size_t disk_chunk_bytes;
 	bool disk_names;
+	const char *warmup;
+	int warmup_settle_ms;
 
 	dormant_log_fn log_fn;
 	void *log_userdata;

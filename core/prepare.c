@@ -10,12 +10,37 @@
 
 /* A buffer kept from an earlier cycle serves while it is large enough and
  * not much larger (host memory stays near the live bytes). */
+bool prep_host_fits(const struct hostbuf *hb, size_t kept)
+{
+	size_t want = round_up(kept, 4096);
+
+	return hb->ptr && hb->size >= want &&
+	       hb->size - want <= MAX(hb->size / 4, HOSTBUF_SLACK_BYTES);
+}
+
 static bool host_buffer_fits(const struct chunk *c)
 {
-	size_t want = round_up(c->plan.kept, 4096);
+	return prep_host_fits(&c->host, c->plan.kept);
+}
 
-	return c->host.ptr && c->host.size >= want &&
-	       c->host.size - want <= MAX(c->host.size / 4, HOSTBUF_SLACK_BYTES);
+int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret)
+{
+	struct hostbuf hb = { 0 };
+	int r;
+
+	r = hostbuf_alloc(e->backend, kept, &hb);
+	if (r < 0)
+		return r;
+	if (e->pin_host) {
+		hostbuf_touch(e->workers, &hb);
+		r = hostbuf_pin(e->backend, &hb, e->pin_piece);
+		if (r < 0) {
+			hostbuf_free(e->backend, &hb);
+			return r;
+		}
+	}
+	*ret = hb;
+	return 0;
 }
 
 /* A buffer of the plan's size, pinned where the engine pins, and not one the

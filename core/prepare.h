@@ -44,4 +44,12 @@ int prep_wait(struct prep *p, struct xfer_item *it);
 /* Stop the threads and free what prep_start() took; after any result. */
 void prep_finish(struct prep *p);
 
+/* Whether a host buffer serves as the host copy of kept bytes: large
+ * enough, and not much larger (host memory stays near the live bytes). */
+bool prep_host_fits(const struct hostbuf *hb, size_t kept);
+/* A host copy of kept bytes ahead of any sleep (the warm-up): allocated,
+ * and where the engine pins, faulted in and pinned; a sleep that finds it
+ * fitting uses it as it is. On failure nothing stays allocated. */
+int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret);
+
 #endif

@@ -4,15 +4,20 @@
 int staging_ready(struct engine *e, int d)
 {
 	struct engine_device *ed = &e->devices[d];
+	double start;
 	int r;
 
 	if (ed->staging.ptr)
 		return 0;
+	start = now_monotonic_s(); /* a device's one-time setup (setup_s) */
 	r = hostbuf_alloc(e->backend, e->staging_bytes, &ed->staging);
-	if (r < 0)
+	if (r < 0) {
+		engine_time_add(&e->setup_ns, start);
 		return error_prefix(r, "allocating the staging ring");
+	}
 	hostbuf_touch(e->workers, &ed->staging);
 	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece);
+	engine_time_add(&e->setup_ns, start);
 	if (r < 0) {
 		hostbuf_free(e->backend, &ed->staging);
 		return error_prefix(r, "allocating the staging ring");

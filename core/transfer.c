@@ -137,11 +137,38 @@ static int device_ready(struct engine *e, int d)
 			goto err;
 	}
 	ed->ready = true;
+	atomic_fetch_add(&e->device_setups, 1);
 	return 0;
 
 err:
 	device_finish(e, d);
 	return error_prefix(r, "preparing streams on device %d", d);
+}
+
+int engine_device_setup(struct engine *e, int d)
+{
+	struct engine_device *ed = &e->devices[d];
+	const struct backend_ops *ops = e->backend->ops;
+	double start;
+	int r = 0;
+
+	if (!ed->ready || !ed->kernel_tried) {
+		start = now_monotonic_s();
+		r = device_ready(e, d);
+		if (r == 0 && !ed->kernel_tried) {
+			ed->kernel_tried = true;
+			/* loaded (and compiled by the driver) now rather than
+			 * by the first sleep's hash; a failure is said once by
+			 * the checksum path when it needs the kernel */
+			if (ops->checksum_prepare)
+				(void)ops->checksum_prepare(e->backend, d);
+		}
+		engine_time_add(&e->setup_ns, start);
+	}
+	/* copies that go unpinned go through the ring (timed by itself) */
+	if (r == 0 && !e->pin_host)
+		r = staging_ready(e, d);
+	return r;
 }
 
 /* ---- chunk release ------------------------------------------------------- */
@@ -312,6 +339,7 @@ static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, b
 	TOTALS_TIME(times.host_wait_s);
 	TOTALS_TIME(times.map_wait_s);
 	TOTALS_TIME(times.zero_wait_s);
+	TOTALS_TIME(times.checksum_s);
 #undef TOTALS_TIME
 	dst->rollback_failed |= src->rollback_failed;
 	wake_copy_report_add(&dst->wake_copy, &src->wake_copy);
@@ -488,7 +516,7 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 
 /* The calls' times of one transition, from the engine's counters. */
 struct time_marks {
-	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
+	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
 };
 
 static void times_mark(struct engine *e, struct time_marks *m)
@@ -497,6 +525,7 @@ static void times_mark(struct engine *e, struct time_marks *m)
 	m->map_ns = atomic_load(&e->map_ns);
 	m->host_prep_ns = atomic_load(&e->host_prep_ns);
 	m->host_pin_ns = atomic_load(&e->host_pin_ns);
+	m->setup_ns = atomic_load(&e->setup_ns);
 }
 
 static void times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
@@ -505,6 +534,7 @@ static void times_since(struct engine *e, const struct time_marks *m, struct xfe
 	t->times.map_s = (double)(atomic_load(&e->map_ns) - m->map_ns) / 1e9;
 	t->times.host_prep_s = (double)(atomic_load(&e->host_prep_ns) - m->host_prep_ns) / 1e9;
 	t->times.host_pin_s = (double)(atomic_load(&e->host_pin_ns) - m->host_pin_ns) / 1e9;
+	t->times.setup_s = (double)(atomic_load(&e->setup_ns) - m->setup_ns) / 1e9;
 	t->times.copy_s = t->copy_s;
 }
 
@@ -540,7 +570,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 	double start, wait;
 	int r;
 
-	r = device_ready(e, d);
+	r = engine_device_setup(e, d);
 	if (r < 0)
 		return r;
 	/* Every kernel that may still write this memory must be done. */
@@ -553,6 +583,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 	start = now_monotonic_s();
 	/* hash what is kept; in retain mode, release unchanged chunks */
 	r = checksum_sleep(e, d, items, count, t);
+	t->times.checksum_s += now_monotonic_s() - start;
 	if (r < 0)
 		return r;
 	r = prep_start(&prep, e, d, items, count);
@@ -866,7 +897,7 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 		any = items[i].alloc->device == d && !items[i].chunk->mapped;
 	if (!any)
 		return 0;
-	r = device_ready(e, d);
+	r = engine_device_setup(e, d);
 	if (r < 0)
 		return r;
 	if (e->wake_overlap) {
@@ -896,9 +927,12 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	r = restore_device(e, d, items, count, t, &vw, &wc);
 	wake_copy_report(&wc, &copied);
 	wake_copy_report_add(&t->wake_copy, &copied);
-	if (r == 0)
+	if (r == 0) {
+		double wait = now_monotonic_s();
+
 		r = checksum_wake_finish(&vw, t);
-	else
+		t->times.checksum_s += now_monotonic_s() - wait;
+	} else
 		checksum_wake_abort(&vw);
 	if (r < 0)
 		return r;

@@ -63,6 +63,7 @@ struct tag;
 
 struct engine_device {
 	bool ready;
+	bool kernel_tried; /* the backend was asked to load its checksum kernel */
 	bool stopped;      /* its share of a transition stopped: another device failed */
 	void *stream;      /* copies */
 	void *zero_stream; /* zero-fill, beside the copies */
@@ -98,7 +99,8 @@ struct engine {
 	size_t wake_copy_probe_bytes, wake_copy_reprobe_bytes;
 	_Atomic bool copy_kernel_warned; /* said once that the device cannot run it */
 	/* time spent in these calls, on any thread (dormant_transition_times) */
-	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns;
+	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
+	_Atomic uint64_t device_setups; /* devices whose streams were made */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
@@ -140,6 +142,13 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
 void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
 		      struct xfer_totals *t);
+
+/* Set device d up for transitions, once (a transition's first step, or
+ * ahead of it: the warm-up): its streams and events, the backend's checksum
+ * kernel (a kernel that cannot load is left to the checksum path to report),
+ * and, when host copies go unpinned, the staging ring. Timed into setup_s.
+ * Not while a transition runs on the engine. */
+int engine_device_setup(struct engine *e, int d);
 
 /* Give back a chunk's memory, with accounting: used by free and destroy. */
 void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c);

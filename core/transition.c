@@ -31,6 +31,7 @@ struct transition {
 	struct xfer_totals totals;
 	struct dormant_report *report;
 	bool copies_done;                   /* sleep: past engine_sleep() */
+	double warmup_wait_s;               /* waiting for a warm-up to stop */
 };
 
 static const char *kind(const struct transition *t)
@@ -245,6 +246,10 @@ static void times_add(struct dormant_transition_times *sum,
 	sum->map_wait_s += t->map_wait_s;
 	sum->zero_wait_s += t->zero_wait_s;
 	sum->comms_s += t->comms_s;
+	sum->setup_s += t->setup_s;
+	sum->checksum_s += t->checksum_s;
+	sum->rebuild_s += t->rebuild_s;
+	sum->warmup_wait_s += t->warmup_wait_s;
 }
 
 /* Run the hooks of AFTER_COPIES or BEFORE_REBUILD, timed into comms_s; a
@@ -417,6 +422,8 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 	m->transition_running = true;
 	if (!sleep)
 		m->gate_hold = true; /* steps wait for the wake hooks too */
+	/* a warm-up holds the engine: it stops at its next chunk */
+	t.warmup_wait_s = warmup_stop_for_transition(m);
 	pthread_mutex_unlock(&m->lock);
 
 	if (sleep) {
@@ -426,6 +433,7 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 			m->busy[!sleep]++;
 			marks_drop_awake(m); /* the steps go on: see settle() */
 			m->transition_running = false;
+			warmup_transition_done(m);
 			pthread_mutex_unlock(&m->lock);
 			return r;
 		}
@@ -476,8 +484,12 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		 * (a rebuild may gather over them), then rebuild from them. */
 		if (r == 0) {
 			r = run_comms_hooks(m, &t);
-			if (r == 0)
+			if (r == 0) {
+				double rebuild = now_monotonic_s();
+
 				r = run_rebuilds(m, &t);
+				t.totals.times.rebuild_s += now_monotonic_s() - rebuild;
+			}
 			if (r < 0)
 				engine_wake_undo(&m->engine, t.items, t.item_count, &t.totals);
 			else
@@ -497,6 +509,7 @@ settle:
 	rep->bytes_unchanged = t.totals.unchanged;
 	rep->chunks_verified = t.totals.verified;
 	rep->chunk_mismatches = t.totals.mismatches;
+	t.totals.times.warmup_wait_s = t.warmup_wait_s;
 	rep->times = t.totals.times;
 	rep->wake_copy = t.totals.wake_copy;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
@@ -511,6 +524,7 @@ settle:
 	pthread_mutex_lock(&m->lock);
 	guard_release(m);
 	m->transition_running = false;
+	warmup_transition_done(m);
 	pthread_mutex_unlock(&m->lock);
 	log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
 		  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, %llu zeroed%s%s",

@@ -100,6 +100,8 @@ _PROTOTYPES = {
     "dormant_host_backup": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_void_p)]),
     "dormant_host_backup_read": (c_int, [c_void_p, c_void_p, c_size_t, c_void_p]),
     "dormant_set_host_mode": (c_int, [c_void_p, c_int]),
+    # warm-up (issue 24)
+    "dormant_warm_up": (c_int, [c_void_p]),
     # api/dormant-json.h
     "dormant_stats_json": (c_int, [c_void_p, c_bool, ctypes.POINTER(c_void_p)]),
     "dormant_transition_json": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_char_p),

@@ -485,6 +485,16 @@ class Manager:
         fn = self._lib.need("dormant_set_disk_dir", "set_disk_dir()")
         self._check(fn(self._handle(), os.fsencode(os.path.abspath(os.fspath(path)))))
 
+    def warm_up(self) -> None:
+        """Set up now what the next sleep would set up first (dormant_warm_up()):
+        device streams, the checksum kernel and, in retain mode, the kept
+        memory's pinned host copies. The manager also does this by itself once
+        allocations settle (option warmup, warmup_settle_ms); this waits for it.
+        Raises BusyError while a sleep or wake runs; never needed for a sleep
+        to work."""
+        fn = self._lib.need("dormant_warm_up", "warm_up()")
+        self._check(fn(self._handle()))
+
     def set_verify(self, on: bool) -> None:
         """Turn verification after wake on or off (on by default; DORMANT_VERIFY=0
         turns it off): wakes hash the restored chunks on the device and raise

@@ -402,12 +402,16 @@ class TorchMemorySaver:
             if backend == "mmap":
                 self._mmap_used = True
         impl = self._impl_object
-        with self._glue().route(tag, policy, plain=self._mode == "preload") as route:
-            if route.pool is not None:
-                impl._mem_pools[(tag, bool(enable_cpu_backup), bool(enable_disk_backup), backend,
-                                 route.device)] = route.pool
-            with impl._with_region_config(tag, bool(enable_cpu_backup), cpu_backup_backend,
-                                          bool(enable_disk_backup)):
+        # The C configuration first: it saves the thread's as it stands, and
+        # once route() has set the thread's policy, tms_get_enable_cpu_backup()
+        # would answer the region's (a nested region without backup then
+        # left its enclosing one without backup: its nested_region test).
+        with impl._with_region_config(tag, bool(enable_cpu_backup), cpu_backup_backend,
+                                      bool(enable_disk_backup)):
+            with self._glue().route(tag, policy, plain=self._mode == "preload") as route:
+                if route.pool is not None:
+                    impl._mem_pools[(tag, bool(enable_cpu_backup), bool(enable_disk_backup),
+                                     backend, route.device)] = route.pool
                 yield
 
     @contextlib.contextmanager
@@ -470,8 +474,14 @@ class TorchMemorySaver:
         with glue.route(None, None):
             with torch.cuda.graph(cuda_graph, pool=pool, stream=stream,
                                   capture_error_mode=capture_error_mode):
-                with glue.route(tag, policy, plain=plain, routed=False):
-                    yield
+                # and the C configuration, as region() sets it (before the
+                # route, for the same reason): under torch_memory_saver's
+                # preload name the interesting region is off outside regions,
+                # so without it the graph's pool was not captured at all
+                with self._impl_object._with_region_config(
+                        tag, bool(enable_cpu_backup), cpu_backup_backend):
+                    with glue.route(tag, policy, plain=plain, routed=False):
+                        yield
 
     # ---- pause and resume -----------------------------------------------------
 

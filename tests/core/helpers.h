@@ -25,7 +25,8 @@ bool on_host(struct dormant *m);
  * (2 MiB slots), 2 copy threads, a 5 s guard timeout. manager(): release
  * mode, 4 MiB chunks. */
 struct dormant *manager_with(enum dormant_host_mode mode, size_t chunk_bytes);
-/* A manager with options "name=value,..." (printf format; dormant_options_parse()). */
+/* A manager with options "name=value,..." (printf format; dormant_options_parse());
+ * warmup=off unless they name a warmup option. */
 struct dormant *manager_from(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct dormant *manager(void);
 

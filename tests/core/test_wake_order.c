@@ -192,7 +192,8 @@ Test(times, transitions_say_where_their_time_went)
  * dormant_stats' sleep_times_total and wake_times_total sum. */
 #define EACH_PART(X)                                                            \
 	X(sync_s) X(host_prep_s) X(host_pin_s) X(host_wait_s) X(copy_s) X(release_s) \
-	X(map_s) X(map_wait_s) X(zero_wait_s)
+	X(map_s) X(map_wait_s) X(zero_wait_s) X(comms_s) X(setup_s) X(checksum_s)     \
+	X(rebuild_s) X(warmup_wait_s)
 
 static void times_add_expected(struct dormant_transition_times *sum,
 			       const struct dormant_transition_times *t)

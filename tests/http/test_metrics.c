@@ -345,6 +345,8 @@ Test(metrics, every_family_parses_and_says_what_happened)
 		"dormant_bytes_unchanged_total", "dormant_chunks_verified_total",
 		"dormant_chunk_mismatches_total", "dormant_verify_enabled",
 		"dormant_wakes_by_copy_total", "dormant_bytes_to_device_by_copy_total",
+		"dormant_warmup_runs_total", "dormant_warmup_seconds_total",
+		"dormant_warmup_host_bytes_total", "dormant_warmup_running",
 	};
 	struct fixture f;
 	struct http_response r;
@@ -359,6 +361,7 @@ Test(metrics, every_family_parses_and_says_what_happened)
 	cr_assert_eq(must(&expo, "dormant_gpu_free_bytes", "device=0"),
 		     must(&expo, "dormant_gpu_total_bytes", "device=0") - 2.0 * TEST_TAG_BYTES);
 
+	cr_assert_eq(dormant_warm_up(f.m), 0, "%s", dormant_last_error());
 	http_post(&f, "/sleep", NULL, &r);
 	http_response_free(&r);
 	http_post(&f, "/sleep", NULL, &r); /* changes nothing */
@@ -396,6 +399,13 @@ Test(metrics, every_family_parses_and_says_what_happened)
 	cr_assert_eq(must(&expo, "dormant_transition_running", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_steps_running", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_verify_enabled", NULL), 1, "verification is on by default");
+	/* dormant_warm_up() above (a background run may have come first) */
+	cr_assert_geq(must(&expo, "dormant_warmup_runs_total", "result=ok"), 1);
+	cr_assert_eq(must(&expo, "dormant_warmup_runs_total", "result=failed"), 0);
+	cr_assert_eq(must(&expo, "dormant_warmup_host_bytes_total", NULL), 0,
+		     "release mode: no host copy prepared");
+	cr_assert_eq(must(&expo, "dormant_transition_phase_seconds_total",
+			  "kind=sleep,phase=setup"), 0, "the warm-up set the device up");
 	cr_assert_eq(must(&expo, "dormant_chunk_mismatches_total", NULL), 0);
 	cr_assert_eq(must(&expo, "dormant_bytes_copied_total", "direction=to_host"),
 		     TEST_TAG_BYTES);

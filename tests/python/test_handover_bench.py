@@ -230,3 +230,40 @@ def test_the_mcore_trainer_logs_nccl_into_a_file(tmp_path):
     assert env["DORMANT_WAKE_OVERLAP"] == "1"
     args.trainer = "synthetic"
     assert "NCCL_DEBUG_FILE" not in handover.trainer_env(args, 0, tmp_path, "synthetic-overlap0")
+
+
+def test_each_part_of_the_handover_is_a_column(tmp_path):
+    """Issue 24 item 4: every part of the reports' times is in each phase's
+    JSON (the list is openapi.yaml's TransitionTimes), the first phase apart
+    from the median, and the table has the sleep's and the wake's parts as
+    columns, the rollout's free before the wake's."""
+    import re
+    spec = (REPO / "openapi.yaml").read_text()
+    block = spec[spec.index("    TransitionTimes:"):]
+    required = re.search(r"required: \[([^\]]*)\]", block).group(1)
+    parts = {k.strip() for k in required.split(",")}
+    p, doc = run(tmp_path, "--overlap", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = doc["results"][0]
+    for ph in r["phases"]:
+        assert set(ph["sleep_parts"]) == parts
+        assert set(ph["wake_parts"]) == parts
+    assert set(r["first_sleep_parts"]) == set(r["sleep_parts"]) == parts
+    assert r["first_sleep_parts"] == r["phases"][0]["sleep_parts"]
+    assert r["first_wake_s"] == r["phases"][0]["wake_s"]
+    assert r["first_rollout_free_s"] == r["phases"][0]["rollout_free"].get("free_s", 0.0)
+    text = (tmp_path / "out" / "handover.txt").read_text()
+    sleep_head = next(l for l in text.splitlines() if l.startswith("sleep parts (s)"))
+    wake_head = next(l for l in text.splitlines() if l.startswith("wake parts (s)"))
+    for name in ("sync", "setup", "checksum", "host prep", "pin", "copy", "release", "NCCL",
+                 "total"):
+        assert name in sleep_head, name
+    for name in ("free", "map", "map wait", "copy", "verify", "NCCL", "rebuild", "total"):
+        assert name in wake_head, name
+    assert wake_head.index("free") < wake_head.index("map")
+    rows = [l for l in text.splitlines() if l.startswith("host-overlap1")
+            and l.split()[1] in ("first", "median")]
+    assert len(rows) == 4          # first and median, sleep and wake
+    wake_median = rows[3].split()
+    assert float(wake_median[-1]) == round(r["wake_s"], 4)
+    assert float(wake_median[2]) == round(r["rollout_free_s"], 4)

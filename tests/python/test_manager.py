@@ -342,3 +342,27 @@ def test_disk_policy_files_stats_faults_and_corruption(tmp_path):
             m.sleep()
         assert e.value.errno == errno.ENOENT and "missing" in e.value.message
         assert m.copy_to_host(p, 6 * MiB) == data
+
+
+def test_warm_up_prepares_the_first_sleep():
+    """Issue 24: Manager.warm_up() sets up what the first sleep would (retain
+    mode: the kept memory's host copies too); /stats shows it, and the sleep
+    then has no setup and no host copies of its own to make."""
+    with dormant.Manager(backend="host", host_mode="retain", warmup="off") as m:
+        w = m.alloc("weights", 4 * MiB)
+        data = pattern(4 * MiB, 5)
+        m.copy_to_device(w, data)
+        assert m.stats()["warmup"]["state"] == "off"
+        assert m.stats()["warmup"]["runs"] == 0
+        m.warm_up()
+        st = m.stats()["warmup"]
+        assert st["runs"] == 1 and st["failures"] == 0 and st["last_error"] == ""
+        assert st["device_setups"] == 1
+        assert st["host_bytes_total"] == 4 * MiB
+        assert m.stats()["totals"]["host_bytes"] == 4 * MiB   # held awake, as retain holds it
+        report = m.sleep()
+        assert report["times"]["setup_s"] == 0
+        assert report["times"]["host_prep_s"] == 0 and report["times"]["host_pin_s"] == 0
+        m.wake()
+        assert m.copy_to_host(w, 4 * MiB) == data
+        assert m.stats()["warmup"]["device_setups"] == 1

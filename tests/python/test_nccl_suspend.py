@@ -456,3 +456,43 @@ def test_sleep_together_has_every_rank_in_flight_at_once():
             s.stop()
         for m in managers:
             m.close()
+
+
+# ---- which libnccl, when two are mapped ---------------------------------------
+
+_TWO_MAPPED = r"""
+import ctypes, os, sys
+from dormant.nccl import _libnccl
+old, new, maps, how = sys.argv[1:5]
+ctypes.CDLL(old, mode=os.RTLD_LOCAL)   # PyTorch's wheel: its own, by full path
+ctypes.CDLL(new, mode=os.RTLD_GLOBAL if how == "global" else os.RTLD_LOCAL)
+if how == "ld_preload":                # as the loader saw it (set late: nothing preloaded)
+    os.environ["LD_PRELOAD"] = "libfoo.so:" + new
+with open(maps, "w") as f:             # maps sorts by address: the old one first
+    for i, path in enumerate((old, new)):
+        f.write(f"7f00{i}000-7f00{i}fff r-xp 00000000 00:00 {i} {path}\n")
+print(_libnccl.loaded_path(maps))
+"""
+
+
+@pytest.mark.skipif(not FAKE_OLD, reason="built by meson (DORMANT_TEST_FAKE_NCCL_OLD)")
+@pytest.mark.parametrize("how", ["global", "ld_preload"])
+def test_the_libnccl_the_process_binds_to_wins_over_the_first_mapped(tmp_path, how):
+    """With a newer NCCL on LD_PRELOAD, PyTorch's wheel still maps its own
+    (first in maps on the GPU machine): suspend must use the newer one, which
+    the calls bind to, not report the old one's version."""
+    import shutil
+    import subprocess
+    import sys
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = shutil.copy(FAKE_OLD, tmp_path / "old" / "libnccl.so.2")
+    new = shutil.copy(FAKE, tmp_path / "new" / "libnccl.so.2")
+    env = {k: v for k, v in os.environ.items() if k not in ("DORMANT_NCCL_LIB", "LD_PRELOAD")}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(dormant.__path__[0]),
+                                         env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", _TWO_MAPPED, str(old), str(new),
+                        str(tmp_path / "maps"), how],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(new)

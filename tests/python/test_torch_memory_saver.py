@@ -42,7 +42,8 @@ class FakeTorchTMS(FakeTorch):
 
         @contextlib.contextmanager
         def graph(cuda_graph, pool=None, stream=None, capture_error_mode="global"):
-            target = fake.pools_by_id[pool]
+            # pool None: a private pool of PyTorch's allocator, as PyTorch's
+            target = fake.pools_by_id[pool] if pool is not None else mem_pool()
             routes = fake._routes()
             fake.captures.append((cuda_graph, pool, capture_error_mode, list(routes)))
             routes.append(target)      # as PyTorch: the routing begun first wins
@@ -278,6 +279,31 @@ def test_cuda_graph_memory_under_its_tag_released_on_pause(env):
     assert released >= 4 * MiB
     assert tags(mgr)["weights"]["state"] == "awake"
     tms.resume("graph")
+
+
+@needs_policy
+@pytest.mark.parametrize("preload", [False, True])
+def test_cuda_graph_sets_the_c_configuration_as_a_region_does(env, monkeypatch, preload):
+    """Under torch_memory_saver's preload name the interesting region is off
+    outside regions: a capture that set only the tag left the graph's pool
+    uncaptured, and pause("graph") released nothing (its cuda_graph test on
+    the H200)."""
+    fake, mgr, tms = env
+    if preload:
+        monkeypatch.setattr(importlib.import_module("dormant.torch_memory_saver"),
+                            "preload_active", lambda: True)
+        tms.hook_mode = "preload"
+    cdll = tms._impl._binary_wrapper.cdll
+    cdll.tms_set_interesting_region(False)
+    try:
+        with tms.cuda_graph(fake.cuda.CUDAGraph(), tag="graph", enable_cpu_backup=True):
+            assert cdll.tms_get_interesting_region()
+            assert cdll.tms_get_current_tag() == b"graph"
+            assert cdll.tms_get_enable_cpu_backup()
+        assert not cdll.tms_get_interesting_region()
+        assert cdll.tms_get_current_tag() == b"default"
+    finally:
+        cdll.tms_set_interesting_region(True)
 
 
 @needs_policy
@@ -706,3 +732,41 @@ def test_free_blocks_of_the_per_policy_pools_are_not_copied(env, monkeypatch):
     back = mgr.copy_to_host(ptr, 4 * MiB)
     assert back[:MiB] == data[:MiB] and back[2 * MiB:] == data[2 * MiB:]
     assert back[MiB:2 * MiB] == bytes(MiB)
+
+
+_NESTED = r"""
+import importlib, sys
+sys.path[:0] = sys.argv[1:3]
+import test_torch_memory_saver as t
+fake = t.FakeTorchTMS()
+sys.modules["torch"] = fake
+import dormant
+mgr = dormant.Manager(backend="host", host_device_bytes=64 << 20)
+dormant.Manager.backend = property(lambda self: "cuda")
+dormant._default = mgr
+tms_module = importlib.import_module("dormant.torch_memory_saver")
+tms_module.preload_active = lambda: True
+tms = tms_module.TorchMemorySaver()
+tms.hook_mode = "preload"
+tms._ensure_initialized()
+cdll = tms._impl._binary_wrapper.cdll
+states = [cdll.tms_get_enable_cpu_backup()]
+with tms.region(tag="grad_buffer", enable_cpu_backup=False):
+    states.append(cdll.tms_get_enable_cpu_backup())
+states.append(cdll.tms_get_enable_cpu_backup())
+print(states)
+"""
+
+
+def test_a_nested_region_without_backup_gives_the_outer_its_backup_back():
+    """torch_memory_saver's nested_region test, in a fresh process (the
+    thread's configuration is still the $TMS_INIT_* one there): with
+    TMS_INIT_ENABLE_CPU_BACKUP=1 the state before, inside and after a
+    region(enable_cpu_backup=False) is on, off, on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    env.update(TMS_INIT_ENABLE="1", TMS_INIT_ENABLE_CPU_BACKUP="1")
+    r = subprocess.run([sys.executable, "-c", _NESTED, str(REPO / "tests" / "python"),
+                        str(PYTHON_DIR)], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=str(REPO / "tests" / "python"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "[True, False, True]"

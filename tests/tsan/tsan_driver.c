@@ -476,6 +476,52 @@ static void scenario_modes(void)
 	}
 }
 
+/* ---- warmup: the background warm-up against cycles, allocs, frees ------- */
+
+static void *warmup_caller(void *arg)
+{
+	struct crowd *c = arg;
+
+	while (!atomic_load(&c->stop)) {
+		int r = dormant_warm_up(c->m);
+
+		/* a transition running or stopping it is the contract's */
+		if (r < 0 && r != -EBUSY && r != -ECANCELED)
+			fail("dormant_warm_up: %s", dormant_last_error());
+		pause_us(200);
+	}
+	return NULL;
+}
+
+static void scenario_warmup(void)
+{
+	static const char *const weights[] = { "weights", NULL };
+	struct crowd c = { 0 };
+	pthread_t t[3];
+	void *w;
+
+	/* retain mode: host copies are prepared (a chunk at a time) while
+	 * "scratch" (kept) allocations come and go and "weights" cycles */
+	if (manager_from("backend=host,host_mode=retain,chunk_bytes=4MiB,staging_bytes=8MiB,"
+			 "copy_threads=2,host_devices=1,host_device_bytes=128MiB,warmup=auto,"
+			 "warmup_settle_ms=0", &c.m) < 0)
+		return;
+	w = alloc_filled(c.m, "weights", 12 * MiB, 7);
+	alloc_filled(c.m, "scratch", MiB, 1);
+	alloc_filled(c.m, "grads", MiB, 2); /* the reader wants 3 tags */
+	c.victim_next = 16; /* no freer here */
+	pthread_create(&t[0], NULL, crowd_allocator, &c);
+	pthread_create(&t[1], NULL, warmup_caller, &c);
+	pthread_create(&t[2], NULL, crowd_reader, &c);
+	cycle(c.m, weights, 12);
+	atomic_store(&c.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	if (w && !holds(c.m, w, 12 * MiB, 7))
+		fail("weights lost their contents");
+	dormant_destroy(c.m);
+}
+
 /* ---- faults: failed sleeps and wakes roll back while others read -------- */
 
 static void scenario_faults(void)
@@ -753,6 +799,7 @@ static const struct {
 	{ "policy", scenario_policy },
 	{ "torch", scenario_torch },
 	{ "modes", scenario_modes },
+	{ "warmup", scenario_warmup },
 	{ "faults", scenario_faults },
 	{ "devices", scenario_devices },
 	{ "http", scenario_http },

@@ -46,21 +46,65 @@ def version_tuple(code):
     return code // 1000, code // 100 % 10, code % 100   # before 2.9
 
 
-def loaded_path(maps="/proc/self/maps"):
-    """The file of the libnccl mapped into this process, or None."""
-    env = os.environ.get("DORMANT_NCCL_LIB")
-    if env:
-        return env
+def mapped_paths(maps="/proc/self/maps"):
+    """Every libnccl file mapped into this process, in the order of maps."""
+    paths = []
     try:
         with open(maps, encoding="utf-8", errors="replace") as f:
             for line in f:
                 path = line.rstrip("\n").split(None, 5)[-1] if line.count(" ") >= 5 else ""
                 name = os.path.basename(path)
-                if name.startswith("libnccl.so") or name.startswith("libnccl-"):
-                    return path
+                if (name.startswith("libnccl.so") or name.startswith("libnccl-")) \
+                        and path not in paths:
+                    paths.append(path)
     except OSError:
         pass
+    return paths
+
+
+def _global_definition(symbol):
+    """The file that defines symbol first in the process's global scope
+    (what a library linked to libnccl binds to), or None."""
+    try:
+        libc = ctypes.CDLL(None)
+        addr = ctypes.cast(getattr(libc, symbol), ctypes.c_void_p)
+        dladdr = libc.dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = ctypes.c_int
+        info = _DlInfo()
+        if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
+            return os.path.realpath(os.fsdecode(info.dli_fname))
+    except (AttributeError, OSError):
+        pass
     return None
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def loaded_path(maps="/proc/self/maps"):
+    """The file of the libnccl this process runs on, or None.
+
+    Two can be mapped: PyTorch's wheels load their own by its full path
+    while a newer one is on LD_PRELOAD (same soname). The calls bind to the
+    one first in the global scope, which need not be first in maps (maps is
+    sorted by address), so with several the global definition of
+    ncclGetVersion decides, then LD_PRELOAD, then maps' order."""
+    env = os.environ.get("DORMANT_NCCL_LIB")
+    if env:
+        return env
+    paths = mapped_paths(maps)
+    if len(paths) > 1:
+        real = {os.path.realpath(p): p for p in paths}
+        bound = _global_definition("ncclGetVersion")
+        if bound in real:
+            return real[bound]
+        for entry in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
+            if os.path.realpath(entry) in real:
+                return real[os.path.realpath(entry)]
+    return paths[0] if paths else None
 
 
 class LibNccl:

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The warm-up: what a first sleep would set up, done ahead of it, in the
+ * background once allocations settle (option warmup, warmup_settle_ms) or
+ * when asked (dormant_warm_up()). Per device with managed memory: the copy
+ * streams and events, the checksum kernel, the staging ring where copies go
+ * unpinned (engine_device_setup()); in retain mode with warmup=auto also the
+ * host copies of awake kept chunks, allocated, faulted in and pinned one
+ * chunk at a time (prep_host_copy()), which a sleep then uses as they are.
+ *
+ * One at a time with transitions: a run holds the engine (warmup.running,
+ * under the manager lock) and starts only while no transition runs; a
+ * transition that starts meanwhile asks it to stop (cancel) and waits for
+ * it, which it does after the chunk it is on. While it prepares a chunk's
+ * host copy it marks the chunk's allocation in_transition, so that a free
+ * meanwhile is deferred to it (doomed) as to a transition. A run that fails
+ * leaves what it did not do to the sleep, which does it as without warm-up.
+ */
+#ifndef DORMANT_WARMUP_H
+#define DORMANT_WARMUP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "dormant.h"
+
+struct dormant;
+
+enum warmup_mode {
+	WARMUP_OFF,
+	WARMUP_DEVICE, /* devices only */
+	WARMUP_AUTO,   /* devices, and host copies in retain mode */
+};
+
+/* Everything below but cancel: under the manager lock. */
+struct warmup {
+	enum warmup_mode mode;
+	int settle_ms;
+	pthread_cond_t cond;  /* runs end, allocations come, transitions end, stop */
+	pthread_t thread;
+	bool thread_started;
+	bool stopping;        /* the manager goes: the thread exits */
+	bool pending;         /* an allocation came since the last run */
+	double last_alloc_s;  /* monotonic */
+	bool running;         /* a run holds the engine */
+	atomic_bool cancel;   /* a transition (or the manager's end) waits for it */
+	struct dormant_warmup_stats stats; /* but state and device_setups */
+};
+
+/* Start the background thread (mode other than off); never fails the
+ * manager: without the thread, only dormant_warm_up() warms up. */
+void warmup_init(struct dormant *m, enum warmup_mode mode, int settle_ms);
+/* Stop a run and the thread; before the allocations go. */
+void warmup_finish(struct dormant *m);
+/* An allocation came (m->lock held): run once they settle. */
+void warmup_note_alloc(struct dormant *m);
+/* A transition starts (m->lock held, transition_running just set): stop a
+ * run and wait for it; returns the seconds waited. Drops the lock while it
+ * says so in the log. */
+double warmup_stop_for_transition(struct dormant *m);
+/* A transition ended (m->lock held): the thread may run again. */
+void warmup_transition_done(struct dormant *m);
+/* The stats (m->lock held). */
+void warmup_stats_get(struct dormant *m, struct dormant_warmup_stats *ret);
+
+#endif
