@@ -160,6 +160,21 @@ static json_t *warmup_json(const struct dormant_warmup_stats *w)
 			 "last_error", text(w->last_error, sizeof(w->last_error)));
 }
 
+/* What copied a wake to the device (struct dormant_wake_copy). */
+static json_t *wake_copy_json(const struct dormant_wake_copy *w)
+{
+	char method[sizeof(w->method) + 1];
+
+	snprintf(method, sizeof(method), "%.*s", (int)sizeof(w->method), w->method);
+	return json_pack("{s:s, s:o, s:o, s:i, s:o, s:o}",
+			 "method", method,
+			 "bytes_engine", count_json(w->bytes_engine),
+			 "bytes_kernel", count_json(w->bytes_kernel),
+			 "probes", (json_int_t)w->probes,
+			 "engine_gbps", api_number(w->engine_gbps, API_RATE),
+			 "kernel_gbps", api_number(w->kernel_gbps, API_RATE));
+}
+
 static json_t *tag_change_json(const struct dormant_tag_change *c)
 {
 	return with_checksums(json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
@@ -210,7 +225,9 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 				rep->chunk_mismatches);
 	if (!report)
 		return NULL;
-	if (json_object_set_new(report, "times", times_json(&rep->times)) < 0) {
+	if (json_object_set_new(report, "times", times_json(&rep->times)) < 0 ||
+	    (kind == API_WAKE &&
+	     json_object_set_new(report, "wake_copy", wake_copy_json(&rep->wake_copy)) < 0)) {
 		json_decref(report);
 		return NULL;
 	}
@@ -223,7 +240,7 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 	return report;
 }
 
-static json_t *last_transition_json(const struct dormant_transition_stats *t)
+static json_t *last_transition_json(const struct dormant_transition_stats *t, bool wake)
 {
 	json_t *o;
 
@@ -240,7 +257,8 @@ static json_t *last_transition_json(const struct dormant_transition_stats *t)
 		      "bytes_skipped", count_json(t->bytes_skipped),
 		      "copy_gbps", api_number(t->copy_gbps, API_RATE));
 	o = with_checksums(o, t->bytes_unchanged, t->chunks_verified, t->chunk_mismatches);
-	if (o && json_object_set_new(o, "times", times_json(&t->times)) < 0) {
+	if (o && (json_object_set_new(o, "times", times_json(&t->times)) < 0 ||
+		  (wake && json_object_set_new(o, "wake_copy", wake_copy_json(&t->wake_copy)) < 0))) {
 		json_decref(o);
 		return NULL;
 	}
@@ -322,8 +340,8 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 		      "bytes_released_total", count_json(st->bytes_released_total),
 		      "bytes_zeroed_total", count_json(st->bytes_zeroed_total),
 		      "bytes_skipped_total", count_json(st->bytes_skipped_total),
-		      "last_sleep", last_transition_json(&st->last_sleep),
-		      "last_wake", last_transition_json(&st->last_wake));
+		      "last_sleep", last_transition_json(&st->last_sleep, false),
+		      "last_wake", last_transition_json(&st->last_wake, true));
 	/* json_pack has consumed tags and devices, failed or not */
 	tags = devices = NULL;
 	if (!o)
@@ -336,7 +354,14 @@ json_t *api_stats_to_json(const struct dormant_stats *st, json_t *extra)
 	    json_object_set_new(counters, "chunks_verified_total",
 				count_json(st->chunks_verified_total)) < 0 ||
 	    json_object_set_new(counters, "chunk_mismatches_total",
-				count_json(st->chunk_mismatches_total)) < 0)
+				count_json(st->chunk_mismatches_total)) < 0 ||
+	    json_object_set_new(counters, "wakes_copy_engine", count_json(st->wakes_copy_engine)) < 0 ||
+	    json_object_set_new(counters, "wakes_copy_kernel", count_json(st->wakes_copy_kernel)) < 0 ||
+	    json_object_set_new(counters, "wakes_copy_mixed", count_json(st->wakes_copy_mixed)) < 0 ||
+	    json_object_set_new(counters, "bytes_to_device_engine_total",
+				count_json(st->bytes_to_device_engine_total)) < 0 ||
+	    json_object_set_new(counters, "bytes_to_device_kernel_total",
+				count_json(st->bytes_to_device_kernel_total)) < 0)
 		goto err;
 	if (extra && json_object_set_new(o, "extra", extra) < 0) {
 		extra = NULL; /* stolen */

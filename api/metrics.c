@@ -249,6 +249,21 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	fputs("dormant_bytes_copied_total{direction=\"to_device\"}", f);
 	value_u64(f, st->bytes_to_device_total);
 
+	family(f, "dormant_wakes_by_copy_total", "counter",
+	       "Wakes that copied, by what copied them (option wake_copy; mixed: auto switched).");
+	fputs("dormant_wakes_by_copy_total{method=\"engine\"}", f);
+	value_u64(f, st->wakes_copy_engine);
+	fputs("dormant_wakes_by_copy_total{method=\"kernel\"}", f);
+	value_u64(f, st->wakes_copy_kernel);
+	fputs("dormant_wakes_by_copy_total{method=\"mixed\"}", f);
+	value_u64(f, st->wakes_copy_mixed);
+	family(f, "dormant_bytes_to_device_by_copy_total", "counter",
+	       "Bytes copied to the device by wakes, by the copy engines or the copy kernel.");
+	fputs("dormant_bytes_to_device_by_copy_total{method=\"engine\"}", f);
+	value_u64(f, st->bytes_to_device_engine_total);
+	fputs("dormant_bytes_to_device_by_copy_total{method=\"kernel\"}", f);
+	value_u64(f, st->bytes_to_device_kernel_total);
+
 	family(f, "dormant_bytes_released_total", "counter", "Device bytes given back by sleeps.");
 	fputs("dormant_bytes_released_total", f);
 	value_u64(f, st->bytes_released_total);

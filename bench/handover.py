@@ -664,6 +664,8 @@ def trainer_env(args, overlap, out, label):
     env.pop("DORMANT_WAKE_MAP_THREADS", None)
     if overlap > 1:
         env["DORMANT_WAKE_MAP_THREADS"] = str(overlap)
+    if getattr(args, "wake_copy", None):  # a Namespace of the tests may lack it
+        env["DORMANT_WAKE_COPY"] = args.wake_copy
     if args.no_empty_cache:
         env["DORMANT_TORCH_EMPTY_CACHE"] = "0"
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -769,6 +771,7 @@ def run_trainer(args, overlap, ceiling, out, checks):
             row["wake_mapped"] = rep["bytes_mapped"]
             row["wake_zeroed"] = rep["bytes_zeroed"]
             row["wake_parts"] = part_row(rep)
+            row["wake_copy"] = rep.get("wake_copy")
             v = trainer.ask("verify", "VERIFIED")
             row["verified"] = v[0] == "ok"
             checks.append((f"{label} phase {phase}: every kept byte back, same addresses",
@@ -1007,6 +1010,9 @@ def main():
     ap.add_argument("--wake-delay-s", type=float, default=0.0,
                     help="seconds between the rollout's free and the wake (phases without "
                     "an early wake): shows whether the driver's work on freed memory slows the wake")
+    ap.add_argument("--wake-copy", choices=("auto", "engine", "kernel"), default=None,
+                    help="what copies the wakes (option wake_copy; default the library's); "
+                         "each wake's choice is in its phase row's wake_copy")
     ap.add_argument("--no-empty-cache", action="store_true",
                     help="the trainer keeps PyTorch's cache asleep (DORMANT_TORCH_EMPTY_CACHE=0)")
     ap.add_argument("--host-device-bytes", type=int, default=256 * MiB,

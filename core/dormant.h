@@ -135,6 +135,15 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   parallel_devices   bool   $DORMANT_PARALLEL_DEVICES  true
  *   wake_overlap       bool   $DORMANT_WAKE_OVERLAP  true: map ahead of copies
  *   wake_map_threads   int    $DORMANT_WAKE_MAP_THREADS  1 (1 to 8)
+ *   wake_copy          auto|engine|kernel  $DORMANT_WAKE_COPY  auto: what
+ *                      copies a wake's kept chunks to the device: the copy
+ *                      engines, the copy kernel on the SMs, or per wake the
+ *                      faster of the two as measured on its first bytes
+ *   wake_copy_probe_bytes    size  $DORMANT_WAKE_COPY_PROBE_BYTES  64MiB:
+ *                      auto times this much on each before choosing
+ *   wake_copy_reprobe_bytes  size  $DORMANT_WAKE_COPY_REPROBE_BYTES  4GiB:
+ *                      auto, the kernel chosen: times the copy engines again
+ *                      after this much
  *   disk_dir           path   $DORMANT_DISK_DIR  $TMPDIR, else /tmp: where
  *                      DORMANT_DISK copies go (dormant_set_disk_dir())
  *   disk_chunk_bytes   size   $DORMANT_DISK_CHUNK_BYTES  64MiB: largest disk
@@ -408,6 +417,22 @@ struct dormant_transition_times {
 	double warmup_wait_s;   /* waiting for a running warm-up to stop */
 };
 
+/* How a wake copied kept chunks to the device (option wake_copy): by the
+ * copy engines (cuMemcpy) or by the copy kernel on the SMs, which runs at
+ * nearly full rate while the driver scrubs memory another process freed on
+ * the copy engines (docs/design.md, "A wake"). All zero for a sleep and for
+ * a wake that copied nothing. */
+struct dormant_wake_copy {
+	char method[16];       /* "engine" or "kernel": what carried the copies
+				* after any probe; "mixed": auto switched during
+				* the wake, or devices differed; "" nothing copied */
+	uint64_t bytes_engine; /* copied by the copy engines (probes included) */
+	uint64_t bytes_kernel; /* copied by the copy kernel (probes included) */
+	unsigned probes;       /* wake_copy=auto: rate measurements made */
+	double engine_gbps;    /* auto: the copy engines' last measured rate */
+	double kernel_gbps;    /* auto: the copy kernel's last measured rate */
+};
+
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
  * on failure. */
 struct dormant_report {
@@ -427,6 +452,7 @@ struct dormant_report {
 	uint64_t chunks_verified;
 	uint64_t chunk_mismatches;
 	struct dormant_transition_times times;
+	struct dormant_wake_copy wake_copy;
 };
 
 /*
@@ -521,6 +547,7 @@ struct dormant_transition_stats {
 	uint64_t chunks_verified;  /* wake */
 	uint64_t chunk_mismatches; /* wake */
 	struct dormant_transition_times times;
+	struct dormant_wake_copy wake_copy; /* wake */
 };
 
 /* A Prometheus-style histogram: counts[i] is the number of observations
@@ -606,6 +633,10 @@ struct dormant_stats {
 	struct dormant_transition_times sleep_times_total;
 	struct dormant_transition_times wake_times_total;
 	uint64_t disk_bytes;            /* tag copies on disk (DORMANT_DISK) */
+	/* wakes that copied, by struct dormant_wake_copy's method, and the
+	 * bytes to the device by what moved them (since dormant_new()) */
+	uint64_t wakes_copy_engine, wakes_copy_kernel, wakes_copy_mixed;
+	uint64_t bytes_to_device_engine_total, bytes_to_device_kernel_total;
 	struct dormant_warmup_stats warmup;
 };
 

@@ -9,6 +9,7 @@
 
 #include "manager.h"
 #include "options.h"
+#include "wakecopy.h"
 
 static void alloc_release(struct dormant *m, struct alloc *a);
 
@@ -150,6 +151,12 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	 * as before the mapper, to compare), on how many threads */
 	m->engine.wake_overlap = o.wake_overlap;
 	m->engine.map_threads = (unsigned)o.wake_map_threads;
+	/* what copies a wake to the device (wakecopy.h) */
+	m->engine.wake_copy = strcmp(o.wake_copy, "engine") == 0   ? WAKE_COPY_ENGINE
+			      : strcmp(o.wake_copy, "kernel") == 0 ? WAKE_COPY_KERNEL
+								   : WAKE_COPY_AUTO;
+	m->engine.wake_copy_probe_bytes = o.wake_copy_probe_bytes;
+	m->engine.wake_copy_reprobe_bytes = o.wake_copy_reprobe_bytes;
 	/* disk copies: the directory is copied in when a sleep starts */
 	m->engine.disk_chunk_bytes = o.disk_chunk_bytes;
 	m->engine.disk_names = o.disk_names;
@@ -923,6 +930,11 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	ret->bytes_unchanged_total = m->bytes_unchanged_total;
 	ret->chunks_verified_total = m->chunks_verified_total;
 	ret->chunk_mismatches_total = m->chunk_mismatches_total;
+	ret->wakes_copy_engine = m->wakes_copy_engine;
+	ret->wakes_copy_kernel = m->wakes_copy_kernel;
+	ret->wakes_copy_mixed = m->wakes_copy_mixed;
+	ret->bytes_to_device_engine_total = m->bytes_to_device_engine_total;
+	ret->bytes_to_device_kernel_total = m->bytes_to_device_kernel_total;
 	ret->last_sleep = m->last_sleep;
 	ret->last_wake = m->last_wake;
 	ret->sleep_seconds = m->sleep_seconds;

@@ -130,6 +130,9 @@ struct dormant {
 	uint64_t bytes_to_host_total, bytes_to_device_total;
 	uint64_t bytes_released_total, bytes_zeroed_total, bytes_skipped_total;
 	uint64_t bytes_unchanged_total, chunks_verified_total, chunk_mismatches_total;
+	/* wakes by what copied them, and bytes by what moved them (wakecopy.h) */
+	uint64_t wakes_copy_engine, wakes_copy_kernel, wakes_copy_mixed;
+	uint64_t bytes_to_device_engine_total, bytes_to_device_kernel_total;
 	struct dormant_transition_stats last_sleep, last_wake;
 	struct dormant_histogram sleep_seconds, wake_seconds;
 	struct dormant_transition_times sleep_times_total, wake_times_total;

@@ -145,6 +145,29 @@ static const struct option options[] = {
 		.doc = "threads that map a wake's chunks ahead of the copies",
 	},
 	{
+		.name = "wake_copy", .type = OPTION_ENUM, .offset = FIELD(wake_copy),
+		.default_value = "auto", .env = "DORMANT_WAKE_COPY",
+		.values = VALUES("auto", "engine", "kernel"),
+		.doc = "what copies a wake's kept chunks to the device: engine (the copy "
+		       "engines), kernel (a copy kernel on the SMs: full rate while the driver "
+		       "scrubs memory another process freed), or auto (per wake, the faster as "
+		       "measured on its first bytes)",
+	},
+	{
+		.name = "wake_copy_probe_bytes", .type = OPTION_SIZE,
+		.offset = FIELD(wake_copy_probe_bytes), .default_value = "64MiB",
+		.env = "DORMANT_WAKE_COPY_PROBE_BYTES", .min = 4096,
+		.doc = "wake_copy=auto: bytes timed on each of the copy engines and the copy "
+		       "kernel before choosing",
+	},
+	{
+		.name = "wake_copy_reprobe_bytes", .type = OPTION_SIZE,
+		.offset = FIELD(wake_copy_reprobe_bytes), .default_value = "4GiB",
+		.env = "DORMANT_WAKE_COPY_REPROBE_BYTES", .min = 4096,
+		.doc = "wake_copy=auto, the kernel chosen: bytes it copies before the copy "
+		       "engines are timed again (the scrub that slowed them ends)",
+	},
+	{
 		.name = "disk_dir", .type = OPTION_PATH, .offset = FIELD(disk_dir),
 		.default_doc = "$TMPDIR, else /tmp", .env = "DORMANT_DISK_DIR",
 		.doc = "directory of the disk copies of tags with policy disk "

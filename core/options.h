@@ -30,6 +30,9 @@ struct dormant_options {
 	bool parallel_devices;
 	bool wake_overlap;
 	int wake_map_threads;
+	const char *wake_copy;
+	size_t wake_copy_probe_bytes;
+	size_t wake_copy_reprobe_bytes;
 	char disk_dir[DORMANT_PATH_MAX]; /* "" after options_resolve(): $TMPDIR or /tmp */
 	size_t disk_chunk_bytes;
 	bool disk_names;

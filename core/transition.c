@@ -330,6 +330,14 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		else
 			m->wakes_failed++;
 		m->bytes_to_device_total += t->totals.copied;
+		m->bytes_to_device_engine_total += t->totals.wake_copy.bytes_engine;
+		m->bytes_to_device_kernel_total += t->totals.wake_copy.bytes_kernel;
+		if (strcmp(t->totals.wake_copy.method, "engine") == 0)
+			m->wakes_copy_engine++;
+		else if (strcmp(t->totals.wake_copy.method, "kernel") == 0)
+			m->wakes_copy_kernel++;
+		else if (strcmp(t->totals.wake_copy.method, "mixed") == 0)
+			m->wakes_copy_mixed++;
 	}
 	m->bytes_released_total += t->totals.released;
 	m->bytes_zeroed_total += t->totals.zeroed;
@@ -369,6 +377,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		.chunks_verified = t->totals.verified,
 		.chunk_mismatches = t->totals.mismatches,
 		.times = t->totals.times,
+		.wake_copy = t->totals.wake_copy,
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
@@ -502,6 +511,7 @@ settle:
 	rep->chunk_mismatches = t.totals.mismatches;
 	t.totals.times.warmup_wait_s = t.warmup_wait_s;
 	rep->times = t.totals.times;
+	rep->wake_copy = t.totals.wake_copy;
 	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
 	pthread_mutex_lock(&m->lock);
 	settle(m, &t, r);

@@ -135,6 +135,17 @@ int backend_copy_to_device(struct backend *b, int device, uintptr_t dst, const v
 	return r ? r : b->ops->copy_to_device(b, device, dst, src, size, stream);
 }
 
+int backend_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, const void *src,
+				  size_t size, void *stream)
+{
+	int r;
+
+	if (!b->ops->copy_to_device_kernel)
+		return error_set(-ENOTSUP, "the %s backend has no copy kernel", b->ops->name);
+	r = backend_fault_check_on(b, DORMANT_FAULT_COPY, device);
+	return r ? r : b->ops->copy_to_device_kernel(b, device, dst, src, size, stream);
+}
+
 int backend_mem_create_map(struct backend *b, int device, uintptr_t va, size_t size,
 			   uint64_t *ret_handle)
 {

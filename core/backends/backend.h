@@ -86,6 +86,19 @@ struct backend_ops {
 			      void **ret_job);
 	int (*checksum_queue)(struct backend *b, int device, void *job, size_t g, void *event);
 	int (*checksum_finish)(struct backend *b, int device, void *job, struct checksum *out);
+	/* A host-to-device copy done by a kernel on the device's SMs instead
+	 * of its copy engines (kernels/copy.cu), queued on stream as
+	 * copy_to_device is; src lies in one range pinned with host_pin (read
+	 * through its device mapping). size 0 queues nothing and only loads
+	 * the kernel (a wake loads it before it times it). May be NULL;
+	 * -ENOTSUP when the device cannot run the kernel. */
+	int (*copy_to_device_kernel)(struct backend *b, int device, uintptr_t dst, const void *src,
+				     size_t size, void *stream);
+	/* The simulated device only, may be NULL: the rate (1e9 bytes/s) its
+	 * copies to the device run at, by the copy engines (kernel false) or
+	 * the copy kernel, which a wake's probe takes instead of the one it
+	 * timed (wakecopy.h); 0: none, time it. */
+	double (*simulated_copy_gbps)(struct backend *b, int device, bool kernel);
 	/* Load the checksum kernel now, as the first hash would (the engine's
 	 * device setup: a warm-up does it ahead of the first sleep). May be
 	 * NULL (nothing to load); -ENOTSUP when the device cannot run it. */
@@ -150,6 +163,10 @@ int backend_copy_to_host(struct backend *b, int device, void *dst, uintptr_t src
 			 void *stream);
 int backend_copy_to_device(struct backend *b, int device, uintptr_t dst, const void *src,
 			   size_t size, void *stream);
+/* copy_to_device_kernel, counted and failed as a copy (DORMANT_FAULT_COPY);
+ * -ENOTSUP where the backend has none. */
+int backend_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, const void *src,
+				  size_t size, void *stream);
 
 /* Create and map physical memory of size bytes at va, in one step; on
  * failure nothing stays created or mapped. */

@@ -60,6 +60,8 @@ static const char *const symbol_names[] = {
 	"cuMemFree_v2",
 	"cuStreamSynchronize",
 	"cuStreamWaitEvent",
+	"cuMemHostGetDevicePointer_v2",
+	"cuDeviceGetAttribute",
 };
 
 /* The one place where a CUresult becomes an errno; keeps the driver's words. */
@@ -161,6 +163,7 @@ static void cuda_destroy(struct backend *b)
 		}
 		pthread_mutex_destroy(&ck->lock);
 	}
+	cuda_copy_unload(c);
 	for (int d = 0; d < c->device_count; d++)
 		if (atomic_load(&c->contexts[d]))
 			c->api.cuDevicePrimaryCtxRelease(c->devices[d]);
@@ -323,7 +326,10 @@ static int cuda_host_pin(struct backend *b, void *ptr, size_t size)
 
 	if (r < 0)
 		return r;
-	r = CALL(c, cuMemHostRegister, ptr, size, CU_MEMHOSTREGISTER_PORTABLE);
+	/* mapped too: the copy kernel reads host copies through the mapping
+	 * (with unified addressing it is there anyway; the flag says so) */
+	r = CALL(c, cuMemHostRegister, ptr, size,
+		 CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
 	context_leave(c, saved);
 	return r;
 }
@@ -531,6 +537,7 @@ static const struct backend_ops cuda_ops = {
 	.checksum_start = cuda_checksum_start,
 	.checksum_queue = cuda_checksum_queue,
 	.checksum_finish = cuda_checksum_finish,
+	.copy_to_device_kernel = cuda_copy_to_device_kernel,
 	.checksum_prepare = cuda_checksum_prepare,
 };
 
@@ -584,8 +591,10 @@ int backend_cuda_new(const struct backend_config *config, struct backend **ret)
 			goto err_close;
 	}
 	pthread_mutex_init(&c->lock, NULL);
-	for (int d = 0; d < c->device_count; d++)
+	for (int d = 0; d < c->device_count; d++) {
 		pthread_mutex_init(&c->checksum[d].lock, NULL);
+		pthread_mutex_init(&c->copy[d].lock, NULL);
+	}
 	c->base.ops = &cuda_ops;
 	c->base.log = config->log;
 	*ret = &c->base;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CUDA backend's private parts (backend_cuda.c), shared with its
- * checksum kernel's code (backend_cuda_checksum.c). Only with cuda.h.
+ * kernels' code (backend_cuda_checksum.c, backend_cuda_copy.c). Only with
+ * cuda.h.
  */
 #ifndef DORMANT_BACKEND_CUDA_H
 #define DORMANT_BACKEND_CUDA_H
@@ -55,6 +56,9 @@ struct cuda_api {
 	CUDA_FN(cuMemFree);
 	CUDA_FN(cuStreamSynchronize);
 	CUDA_FN(cuStreamWaitEvent);
+	/* the copy kernel (kernels/copy.cu) */
+	CUDA_FN(cuMemHostGetDevicePointer);
+	CUDA_FN(cuDeviceGetAttribute);
 };
 
 /* A device's checksum kernel, loaded on first use. */
@@ -67,6 +71,17 @@ struct cuda_checksum {
 	CUfunction kernel;
 };
 
+/* A device's copy kernel, loaded on first use (backend_cuda_copy.c). */
+struct cuda_copy {
+	pthread_mutex_t lock;
+	bool tried;
+	int error; /* loading failed: -ENOTSUP, message kept */
+	char message[DORMANT_ERROR_MAX];
+	CUmodule module;
+	CUfunction kernel;
+	unsigned blocks; /* most blocks per launch: two per SM */
+};
+
 struct cuda_backend {
 	struct backend base;
 	struct cuda_api api;
@@ -75,6 +90,7 @@ struct cuda_backend {
 	CUdevice devices[DORMANT_DEVICES_MAX];
 	_Atomic(CUcontext) contexts[DORMANT_DEVICES_MAX];
 	struct cuda_checksum checksum[DORMANT_DEVICES_MAX];
+	struct cuda_copy copy[DORMANT_DEVICES_MAX];
 };
 
 static inline struct cuda_backend *cuda(struct backend *b)
@@ -99,5 +115,10 @@ int cuda_checksum_start(struct backend *b, int device, const struct checksum_ran
 int cuda_checksum_queue(struct backend *b, int device, void *job, size_t g, void *event);
 int cuda_checksum_finish(struct backend *b, int device, void *job, struct checksum *out);
 int cuda_checksum_prepare(struct backend *b, int device);
+
+/* The copy kernel's op (backend.h), in backend_cuda_copy.c. */
+int cuda_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, const void *src,
+			       size_t size, void *stream);
+void cuda_copy_unload(struct cuda_backend *c);
 
 #endif

@@ -15,6 +15,15 @@
  * DORMANT_HOST_CHECKSUM=0, a test tool: the simulated device cannot hash, as
  * a device whose driver cannot load the checksum kernel (-ENOTSUP).
  *
+ * DORMANT_HOST_COPY_KERNEL=0, a test tool: the simulated device cannot run
+ * the copy kernel either (-ENOTSUP); otherwise its "kernel" copies are
+ * memcpy as its copy engines' are, but only from host memory pinned in one
+ * range, as a kernel reading the host copy through its mapping needs.
+ * DORMANT_HOST_COPY_GBPS=ENGINE[,ENGINE...]:KERNEL, a test tool: the rates
+ * (1e9 bytes/s) a wake's probes take for its copy engines (one per probe, the
+ * last repeating: a scrub that ends) and its copy kernel instead of the time
+ * they measured (wakecopy.h), so tests drive wake_copy=auto's choice.
+ *
  * DORMANT_HOST_RENDEZVOUS=to_host:MS (or to_device:MS), a test tool too: the
  * first copy in that direction on each simulated device waits, up to MS
  * milliseconds, until every simulated device has issued one, and fails with
@@ -108,6 +117,12 @@ struct host_backend {
 	_Atomic bool active[DORMANT_DEVICES_MAX];
 	bool defer; /* DORMANT_HOST_DEFER_STREAMS=1 */
 	bool no_kernel; /* DORMANT_HOST_CHECKSUM=0: as a device without the kernel */
+	bool no_copy_kernel; /* DORMANT_HOST_COPY_KERNEL=0 */
+	/* DORMANT_HOST_COPY_GBPS: the engine's rates for its successive probes
+	 * (the last repeats), the kernel's; 0: unset */
+	double engine_gbps[8], kernel_gbps;
+	unsigned engine_gbps_count;
+	_Atomic unsigned engine_probes[DORMANT_DEVICES_MAX];
 	pthread_mutex_t lock; /* the streams and their queues */
 	struct host_stream *streams;
 	uint64_t next_stream_id;
@@ -649,6 +664,83 @@ static int host_copy_to_device(struct backend *b, int device, uintptr_t dst, con
 	return stream_issue(host(b), stream, (void *)dst, src, size, NULL);
 }
 
+/* As a kernel that reads the host copy through its device mapping: only
+ * memory pinned in one range is mapped. */
+static int host_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst,
+				      const void *src, size_t size, void *stream)
+{
+	struct host_backend *h = host(b);
+	uintptr_t p = (uintptr_t)src;
+	bool mapped = false;
+	int r = check_device(b, device);
+
+	if (r < 0)
+		return r;
+	if (h->no_copy_kernel)
+		return error_set(-ENOTSUP, "the simulated device cannot run the copy kernel "
+					   "(DORMANT_HOST_COPY_KERNEL=0)");
+	if (size == 0)
+		return 0;
+	pthread_mutex_lock(&h->pin_lock);
+	for (size_t i = 0; i < h->pinned_count && !mapped; i++)
+		mapped = p >= h->pinned[i].start && size <= h->pinned[i].end - p;
+	pthread_mutex_unlock(&h->pin_lock);
+	if (!mapped)
+		return error_set(-EINVAL,
+				 "the copy kernel reads %zu bytes at %p, not within one pinned "
+				 "range (only those are mapped for the device)",
+				 size, src);
+	r = rendezvous_meet(h, device, false);
+	if (r < 0)
+		return r;
+	return stream_issue(h, stream, (void *)dst, src, size, NULL);
+}
+
+static double host_simulated_copy_gbps(struct backend *b, int device, bool kernel)
+{
+	struct host_backend *h = host(b);
+	unsigned n;
+
+	if (kernel || !h->engine_gbps_count)
+		return h->kernel_gbps;
+	n = atomic_fetch_add(&h->engine_probes[device], 1);
+	return h->engine_gbps[MIN(n, h->engine_gbps_count - 1)];
+}
+
+/* "ENGINE[,ENGINE...]:KERNEL", rates in 1e9 bytes/s above 0. */
+static int copy_gbps_parse(struct host_backend *h, const char *text)
+{
+	char *end;
+	double v;
+
+	h->engine_gbps_count = 0;
+	for (;;) {
+		errno = 0;
+		v = strtod(text, &end);
+		if (errno || end == text || !(v > 0) ||
+		    h->engine_gbps_count == ARRAY_SIZE(h->engine_gbps))
+			goto bad;
+		h->engine_gbps[h->engine_gbps_count++] = v;
+		if (*end == ':')
+			break;
+		if (*end != ',')
+			goto bad;
+		text = end + 1;
+	}
+	text = end + 1;
+	errno = 0;
+	v = strtod(text, &end);
+	if (errno || end == text || *end || !(v > 0))
+		goto bad;
+	h->kernel_gbps = v;
+	return 0;
+bad:
+	h->engine_gbps_count = 0;
+	return error_set(-EINVAL,
+			 "DORMANT_HOST_COPY_GBPS must be ENGINE[,ENGINE...]:KERNEL, rates in "
+			 "GB/s above 0, at most 8 for the copy engines (e.g. 28:50 or 28,55:50)");
+}
+
 static int host_zero(struct backend *b, int device, uintptr_t dst, size_t size, void *stream)
 {
 	(void)device;
@@ -883,6 +975,8 @@ static const struct backend_ops host_ops = {
 	.copy_to_host = host_copy_to_host,
 	.copy_to_device = host_copy_to_device,
 	.zero = host_zero,
+	.copy_to_device_kernel = host_copy_to_device_kernel,
+	.simulated_copy_gbps = host_simulated_copy_gbps,
 	.synchronize = host_synchronize,
 	.mem_info = host_mem_info,
 	.device_active = host_device_active,
@@ -919,9 +1013,12 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->capacity = capacity;
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
 	h->no_kernel = (env = getenv("DORMANT_HOST_CHECKSUM")) && strcmp(env, "0") == 0;
+	h->no_copy_kernel = (env = getenv("DORMANT_HOST_COPY_KERNEL")) && strcmp(env, "0") == 0;
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_mutex_init(&h->pin_lock, NULL);
-	if (rendezvous_init(&h->rendezvous) < 0) {
+	if (rendezvous_init(&h->rendezvous) < 0 ||
+	    ((env = getenv("DORMANT_HOST_COPY_GBPS")) && *env &&
+	     copy_gbps_parse(h, env) < 0)) {
 		int r = -EINVAL;
 
 		pthread_cond_destroy(&h->rendezvous.cond);

@@ -94,7 +94,7 @@ static int free_slot(struct pipeline *p)
 
 /* Queue one piece of an item's copy, direct or through a staging slot. */
 static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
-		       size_t host_offset, size_t length, bool last)
+		       size_t host_offset, size_t length, bool last, bool kernel)
 {
 	struct engine *e = p->e;
 	struct chunk *c = it->chunk;
@@ -131,6 +131,9 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 	index = (p->head + p->count) % ENGINE_WINDOW;
 	if (p->to_host)
 		r = backend_copy_to_host(e->backend, p->device, host, dev, length, p->ed->stream);
+	else if (kernel)
+		r = backend_copy_to_device_kernel(e->backend, p->device, dev, host, length,
+						  p->ed->stream);
 	else
 		r = backend_copy_to_device(e->backend, p->device, dev, host, length, p->ed->stream);
 	if (r == 0)
@@ -145,14 +148,34 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 	p->ring[index] = (struct flight){ .item = it, .host_offset = host_offset,
 					  .length = length, .slot = slot, .last = last };
 	p->count++;
+	if (p->wc && slot >= 0)
+		p->wc->bytes_engine += length; /* staged: always the copy engines */
 	it->change->bytes_copied += length;
 	p->totals->copied += length;
 	return 0;
 }
 
+/* Close the open segment of a wake's probe: wait for its copies, then time
+ * it (the simulated device supplies the rate instead). */
+static int probe_close(struct pipeline *p)
+{
+	struct backend *b = p->e->backend;
+	double gbps = 0;
+	int r = pipeline_drain(p);
+
+	if (r < 0)
+		return r;
+	if (b->ops->simulated_copy_gbps && p->wc->probe_left == 0)
+		gbps = b->ops->simulated_copy_gbps(b, p->device, p->wc->kernel);
+	wake_copy_segment_close(p->wc, now_monotonic_s(), gbps);
+	return 0;
+}
+
 /* Queue the runs of a chunk's plan (extent.h), each split where the host
  * side requires: one copy never spans two pinned pieces of the packed host
- * copy, nor more than a staging slot. */
+ * copy, nor more than a staging slot; on wake, a probe's pieces end where
+ * the probe does, and a probe's segment ends with the chunk (the next
+ * chunk's mapping is no copy time). */
 int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
@@ -162,6 +185,7 @@ int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
 	 * starts on a block of its file) */
 	bool pinned = !xfer_is_disk(it) && c->host.pin_piece;
 	size_t piece = pinned ? c->host.pin_piece : p->ed->slot_bytes;
+	struct wake_copy *wc = pinned && !p->to_host ? p->wc : NULL;
 	int r;
 
 	if (xfer_is_disk(it))
@@ -174,12 +198,32 @@ int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
 			size_t host = run->host_offset + done;
 			size_t len = MIN(run->size - done, pinned ? piece - host % piece : piece);
 
+			if (wc && wake_copy_probing(wc)) {
+				if (wc->segment_start == 0) {
+					r = pipeline_drain(p);
+					if (r < 0)
+						return r;
+					wake_copy_segment_open(wc, now_monotonic_s());
+				}
+				len = MIN(len, wc->probe_left);
+			}
 			done += len;
 			r = issue_piece(p, it, run->offset + done - len, host, len,
-					i + 1 == plan->count && done == run->size);
+					i + 1 == plan->count && done == run->size,
+					wc && wc->kernel);
 			if (r < 0)
 				return r;
+			if (!wc)
+				continue;
+			wake_copy_count(wc, len);
+			if (wake_copy_probing(wc) && wc->probe_left == 0) {
+				r = probe_close(p);
+				if (r < 0)
+					return r;
+			}
 		}
 	}
+	if (wc && wake_copy_probing(wc) && wc->segment_start != 0)
+		return probe_close(p);
 	return 0;
 }

@@ -6,7 +6,9 @@
  * pinned pieces of its host copy (one cuMemcpy cannot span two registered
  * ranges) nor more than a staging slot; a host copy that is not pinned goes
  * through the staging ring (staging.h), its memcpy on the worker threads.
- * On sleep, a chunk is released the moment its last piece is done.
+ * On sleep, a chunk is released the moment its last piece is done. On wake,
+ * direct pieces go to the copy engines or the copy kernel as the wake's
+ * struct wake_copy says, and its probes are cut and timed here.
  */
 #ifndef DORMANT_PIPELINE_H
 #define DORMANT_PIPELINE_H
@@ -15,6 +17,7 @@
 #include <stddef.h>
 
 #include "transfer.h"
+#include "wakecopy.h"
 
 struct flight {
 	struct xfer_item *item;
@@ -29,6 +32,9 @@ struct pipeline {
 	struct engine_device *ed;
 	bool to_host;
 	struct xfer_totals *totals;
+	/* wake: what copies the direct pieces, and its probes (wakecopy.h);
+	 * NULL: the copy engines */
+	struct wake_copy *wc;
 	struct flight ring[ENGINE_WINDOW];
 	unsigned head, count;
 	bool slot_busy[ENGINE_STAGING_SLOTS];

@@ -15,6 +15,7 @@
 #include "prepare.h"
 #include "staging.h"
 #include "verify.h"
+#include "wakecopy.h"
 
 /* ---- accounting ---------------------------------------------------------- */
 
@@ -341,6 +342,7 @@ static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, b
 	TOTALS_TIME(times.checksum_s);
 #undef TOTALS_TIME
 	dst->rollback_failed |= src->rollback_failed;
+	wake_copy_report_add(&dst->wake_copy, &src->wake_copy);
 }
 
 /* The run's own copy of a tag's counters (zeroed), made on first use. */
@@ -754,10 +756,11 @@ static int zero_gap(void *ctx, size_t offset, size_t size)
  * device d's chunks of the wake, in items order; each restored chunk's hash
  * is queued behind its copies (vw). */
 static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
-			  struct xfer_totals *t, struct verify_wake *vw)
+			  struct xfer_totals *t, struct verify_wake *vw, struct wake_copy *wc)
 {
 	struct engine_device *ed = &e->devices[d];
-	struct pipeline p = { .e = e, .device = d, .ed = ed, .to_host = false, .totals = t };
+	struct pipeline p = { .e = e, .device = d, .ed = ed, .to_host = false, .totals = t,
+			      .wc = wc };
 	const struct backend_ops *ops = e->backend->ops;
 	struct mapper mp;
 	double wait;
@@ -830,6 +833,28 @@ err_mapper:
 	return r;
 }
 
+/* What copies device d's share of a wake (option wake_copy, wakecopy.h):
+ * unless the copy engines were asked for, load the copy kernel first (and
+ * run it once, empty), so that neither its load nor its first launch is
+ * timed; a device that cannot run it copies with the copy engines. */
+static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc)
+{
+	struct backend *b = e->backend;
+	bool kernel_ok = false;
+
+	if (e->wake_copy != WAKE_COPY_ENGINE && b->ops->copy_to_device_kernel) {
+		kernel_ok = b->ops->copy_to_device_kernel(b, d, 0, NULL, 0,
+							  e->devices[d].stream) == 0;
+		if (!kernel_ok && !atomic_exchange(&e->copy_kernel_warned, true))
+			log_write(&e->log, DORMANT_LOG_WARNING,
+				  "wakes copy with the copy engines: %s", dormant_last_error());
+		if (!kernel_ok)
+			error_clear();
+	}
+	wake_copy_start(wc, (enum wake_copy_mode)e->wake_copy, kernel_ok,
+			e->wake_copy_probe_bytes, e->wake_copy_reprobe_bytes);
+}
+
 /* Before a wake that maps ahead of its copies: a device that has less free
  * memory than the wake maps (another process still holds it) fails it at
  * once, before any copy, as the map-first order did. When the device cannot
@@ -862,6 +887,8 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 		       struct xfer_totals *t)
 {
 	struct verify_wake vw;
+	struct wake_copy wc;
+	struct dormant_wake_copy copied;
 	bool any = false;
 	double start;
 	int r;
@@ -892,11 +919,14 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	if (atomic_load(&e->devices_stop))
 		return device_stop(e, d);
 
+	wake_copy_begin(e, d, &wc);
 	start = now_monotonic_s();
 	r = checksum_wake_start(e, d, items, count, &vw);
 	if (r < 0)
 		return r;
-	r = restore_device(e, d, items, count, t, &vw);
+	r = restore_device(e, d, items, count, t, &vw, &wc);
+	wake_copy_report(&wc, &copied);
+	wake_copy_report_add(&t->wake_copy, &copied);
 	if (r == 0) {
 		double wait = now_monotonic_s();
 

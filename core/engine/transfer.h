@@ -95,6 +95,9 @@ struct engine {
 	size_t disk_chunk_bytes;
 	bool disk_names;
 	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
+	int wake_copy; /* enum wake_copy_mode (wakecopy.h): what copies to the device */
+	size_t wake_copy_probe_bytes, wake_copy_reprobe_bytes;
+	_Atomic bool copy_kernel_warned; /* said once that the device cannot run it */
 	/* time spent in these calls, on any thread (dormant_transition_times) */
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
 	_Atomic uint64_t device_setups; /* devices whose streams were made */
@@ -119,6 +122,7 @@ struct xfer_totals {
 	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
 	double copy_s;
 	struct dormant_transition_times times; /* copy_s and the calls' times: at the end */
+	struct dormant_wake_copy wake_copy;    /* wake: what copied (wakecopy.h) */
 	bool rollback_failed; /* sleep: some chunks could not be restored */
 };
 

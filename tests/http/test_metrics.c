@@ -344,6 +344,7 @@ Test(metrics, every_family_parses_and_says_what_happened)
 		"dormant_bytes_skipped_total", "dormant_last_transition_timestamp_seconds", "dormant_last_transition_success",
 		"dormant_bytes_unchanged_total", "dormant_chunks_verified_total",
 		"dormant_chunk_mismatches_total", "dormant_verify_enabled",
+		"dormant_wakes_by_copy_total", "dormant_bytes_to_device_by_copy_total",
 		"dormant_warmup_runs_total", "dormant_warmup_seconds_total",
 		"dormant_warmup_host_bytes_total", "dormant_warmup_running",
 	};
