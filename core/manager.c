@@ -451,8 +451,10 @@ static void owner_unlink(struct alloc *a)
 
 void alloc_destroy(struct dormant *m, struct alloc *a)
 {
+	struct chunk_owner owner = alloc_owner(a);
+
 	for (size_t i = 0; i < a->chunk_count; i++) {
-		engine_chunk_drop(&m->engine, a, &a->chunks[i]);
+		engine_chunk_drop(&m->engine, &owner, &a->chunks[i]);
 		plan_finish(&a->chunks[i].plan);
 	}
 	marks_finish(&a->marks);
@@ -584,6 +586,7 @@ static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size
 	struct backend *b = m->backend;
 	size_t granularity, reserved, chunk_bytes, count;
 	struct alloc *a;
+	struct chunk_owner owner;
 	uintptr_t va;
 	size_t mapped = 0;
 	int r;
@@ -612,6 +615,7 @@ static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size
 	a->policy = policy;
 	a->tag = tag;
 	a->chunk_count = count;
+	owner = alloc_owner(a);
 	for (size_t i = 0; i < count; i++) {
 		struct chunk *c = &a->chunks[i];
 		size_t offset = i * chunk_bytes;
@@ -625,14 +629,14 @@ static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size
 		c->mapped = true;
 		mapped++;
 		atomic_fetch_add(&m->engine.device_bytes[device], c->size);
-		atomic_fetch_add(&tag->device_bytes, c->size);
+		atomic_fetch_add(&tag->held.device_bytes, c->size);
 	}
 	*ret = a;
 	return 0;
 
 err_unmap:
 	while (mapped--)
-		engine_chunk_drop(&m->engine, a, &a->chunks[mapped]);
+		engine_chunk_drop(&m->engine, &owner, &a->chunks[mapped]);
 	b->ops->va_free(b, va, reserved);
 err_free:
 	free(a);
@@ -900,9 +904,9 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 		ts->allocations = tag->allocations;
 		ts->bytes = tag->bytes;
 		ts->reserved_bytes = tag->reserved_bytes;
-		ts->device_bytes = atomic_load(&tag->device_bytes);
-		ts->host_bytes = atomic_load(&tag->host_bytes);
-		ts->disk_bytes = atomic_load(&tag->disk_bytes);
+		ts->device_bytes = atomic_load(&tag->held.device_bytes);
+		ts->host_bytes = atomic_load(&tag->held.host_bytes);
+		ts->disk_bytes = atomic_load(&tag->held.disk_bytes);
 		ts->sleeps = tag->sleeps;
 		ts->wakes = tag->wakes;
 		ret->allocations += ts->allocations;

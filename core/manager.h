@@ -62,9 +62,7 @@ struct tag {
 	uint64_t allocations;      /* held by users: dedicated and sub-allocations */
 	uint64_t bytes;
 	uint64_t reserved_bytes;
-	_Atomic uint64_t device_bytes;
-	_Atomic uint64_t host_bytes;
-	_Atomic uint64_t disk_bytes;
+	struct held_bytes held;    /* counted by the engine (chunk.h) */
 	uint64_t sleeps, wakes;
 	dormant_rebuild_fn rebuild_fn; /* DORMANT_REBUILD: refills it on wake */
 	void *rebuild_userdata;
@@ -126,6 +124,14 @@ struct dormant {
 static inline enum dormant_policy alloc_policy(const struct alloc *a)
 {
 	return a->policy == DORMANT_POLICY_TAG ? a->tag->policy : (enum dormant_policy)a->policy;
+}
+
+/* What the engine knows of a's chunks' owner (chunk.h). */
+static inline struct chunk_owner alloc_owner(struct alloc *a)
+{
+	return (struct chunk_owner){
+		.device = a->device, .ptr = a->ptr, .tag = a->tag->name, .held = &a->tag->held,
+	};
 }
 
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */

@@ -165,7 +165,7 @@ static int collect_items(struct transition *t)
 				if (chunk->mapped != t->sleep)
 					continue;
 				t->items[t->item_count++] = (struct xfer_item){
-					.alloc = a, .chunk = chunk, .tag = tag,
+					.chunk = chunk, .owner = alloc_owner(a),
 					.policy = alloc_policy(a), .change = change,
 				};
 			}
@@ -195,7 +195,8 @@ static int run_rebuilds(struct dormant *m, struct transition *t)
 		if (tag->policy != DORMANT_REBUILD || !fn)
 			continue;
 		for (size_t k = 0; k < t->item_count && !needed; k++)
-			needed = t->items[k].tag == tag && t->items[k].policy == DORMANT_REBUILD &&
+			needed = t->items[k].owner.held == &tag->held && /* of this tag */
+				 t->items[k].policy == DORMANT_REBUILD &&
 				 t->items[k].mapped_here;
 		if (!needed)
 			continue;

@@ -99,12 +99,12 @@ static int host_copies(struct dormant *m)
 			/* a copy that no longer fits (the slab grew) gives way */
 			if (c->host.ptr) {
 				old = c->host;
-				engine_account_host(a->tag, -(int64_t)old.size);
+				engine_account_host(&a->tag->held, -(int64_t)old.size);
 				c->retained = false;
 			}
 			c->host = fresh;
 			c->host_valid = false;
-			engine_account_host(a->tag, (int64_t)fresh.size);
+			engine_account_host(&a->tag->held, (int64_t)fresh.size);
 			w->stats.host_bytes += fresh.size;
 			attached = true;
 		}

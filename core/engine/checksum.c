@@ -54,7 +54,7 @@ static int batch_collect(struct batch *bt, struct xfer_item *items, size_t count
 
 	memset(bt, 0, sizeof(*bt));
 	for (size_t i = 0; i < count; i++)
-		if (items[i].alloc->device == d && fits(&items[i])) {
+		if (items[i].owner.device == d && fits(&items[i])) {
 			n++;
 			runs += items[i].chunk->plan.count;
 		}
@@ -71,7 +71,7 @@ static int batch_collect(struct batch *bt, struct xfer_item *items, size_t count
 	for (size_t i = 0; i < count; i++) {
 		struct chunk *c = items[i].chunk;
 
-		if (items[i].alloc->device != d || !fits(&items[i]))
+		if (items[i].owner.device != d || !fits(&items[i]))
 			continue;
 		bt->items[bt->count++] = &items[i];
 		for (size_t k = 0; k < c->plan.count; k++)
@@ -137,7 +137,7 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 	int r;
 
 	for (size_t i = 0; i < count; i++)
-		if (items[i].alloc->device == d && sleep_fits(&items[i]))
+		if (items[i].owner.device == d && sleep_fits(&items[i]))
 			items[i].chunk->sum_valid = false;
 	if (!atomic_load(&e->verify) && !skip)
 		return 0;
@@ -162,7 +162,7 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 		    c->sum_layout == layout &&
 		    checksum_equal(&c->sum, &bt.sums[i])) {
 			/* the host copy holds these very bytes: no copy */
-			r = engine_chunk_release(e, it->alloc, c);
+			r = engine_chunk_release(e, &it->owner, c);
 			if (r < 0)
 				break;
 			c->host_valid = true;
@@ -193,7 +193,7 @@ static bool wake_fits_ahead(const struct xfer_item *it, int d)
 {
 	const struct chunk *c = it->chunk;
 
-	return it->alloc->device == d && (it->mapped_here || !c->mapped) && xfer_is_keep(it) &&
+	return it->owner.device == d && (it->mapped_here || !c->mapped) && xfer_is_keep(it) &&
 	       c->host_valid && c->sum_valid && c->plan.kept > 0;
 }
 
@@ -203,7 +203,7 @@ static bool wake_fits_ahead(const struct xfer_item *it, int d)
 static int mismatch_error(struct engine *e, struct xfer_item *it, const struct checksum *device)
 {
 	struct chunk *c = it->chunk;
-	size_t offset = c->va - (uintptr_t)it->alloc->ptr;
+	size_t offset = c->va - (uintptr_t)it->owner.ptr;
 	struct checksum host = { { 0, 0 } };
 	bool disk = xfer_is_disk(it);
 	const char *why;
@@ -230,7 +230,7 @@ static int mismatch_error(struct engine *e, struct xfer_item *it, const struct c
 			 "checksum mismatch after the restore of tag '%s', allocation %p, chunk at "
 			 "offset %zu (%zu bytes kept of %zu): %s; the tag stays asleep with its %s "
 			 "copy",
-			 it->tag->name, it->alloc->ptr, offset, c->plan.kept, c->size, why,
+			 it->owner.tag, it->owner.ptr, offset, c->plan.kept, c->size, why,
 			 disk ? "disk" : "host");
 	(void)e;
 }

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the engine moves: a chunk, a piece of physical memory backing part of
- * an allocation, with its host or disk copy. The manager owns the chunks (in
- * its allocations, manager.h) and hands them to the engine in struct
- * xfer_item (transfer.h).
+ * an allocation, with its host or disk copy, and what the engine knows of the
+ * chunk's owner. The manager owns the chunks (in its allocations and tags,
+ * manager.h) and hands them to the engine with their owner's struct
+ * chunk_owner (transfer.h: struct xfer_item, engine_chunk_drop()); the
+ * engine never sees an allocation or a tag.
  */
 #ifndef DORMANT_CHUNK_H
 #define DORMANT_CHUNK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +36,25 @@ struct chunk {
 	struct checksum sum;
 	uint64_t sum_layout;
 	bool sum_valid, retained;
+};
+
+/* The bytes a tag holds in each place now. The engine counts them as it
+ * maps, releases and copies chunks (atomic: any thread adds); the manager
+ * keeps one in each tag and reads it for the stats. */
+struct held_bytes {
+	_Atomic uint64_t device_bytes;
+	_Atomic uint64_t host_bytes;
+	_Atomic uint64_t disk_bytes; /* DORMANT_DISK */
+};
+
+/* A chunk's owner, as far as the engine needs it: the device and address of
+ * its allocation, the name and counters of its tag. The manager fills it in
+ * (alloc_owner(), manager.h); the tag outlives every use the engine makes. */
+struct chunk_owner {
+	int device;
+	void *ptr;               /* the allocation's address (messages) */
+	const char *tag;         /* its tag's name (messages) */
+	struct held_bytes *held; /* its tag's counters */
 };
 
 #endif

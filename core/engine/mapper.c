@@ -11,7 +11,7 @@
 int mapper_map_one(struct engine *e, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
-	int d = it->alloc->device;
+	int d = it->owner.device;
 	double start = now_monotonic_s();
 	int r;
 
@@ -21,7 +21,7 @@ int mapper_map_one(struct engine *e, struct xfer_item *it)
 		return error_prefix(r, "mapping %zu bytes on device %d", c->size, d);
 	c->mapped = true;
 	it->mapped_here = true;
-	engine_account_device(e, it->alloc, (int64_t)c->size);
+	engine_account_device(e, &it->owner, (int64_t)c->size);
 	return 0;
 }
 
@@ -72,7 +72,7 @@ int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *i
 	if (!mp->queue || !mp->mapped)
 		return error_set(-ENOMEM, "out of host memory");
 	for (size_t i = 0; i < count; i++)
-		if (items[i].alloc->device == d && !items[i].chunk->mapped)
+		if (items[i].owner.device == d && !items[i].chunk->mapped)
 			mp->queue[mp->count++] = &items[i];
 	threads = (unsigned)MIN((size_t)threads, mp->count);
 	/* Without a thread, mapper_wait() maps each chunk itself. */

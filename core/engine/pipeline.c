@@ -32,13 +32,13 @@ static int complete_oldest(struct pipeline *p)
 				       staging_slot(p->ed, f.slot), f.length);
 		p->slot_busy[f.slot] = false;
 		if (r < 0)
-			return error_prefix(r, "tag '%s'", f.item->tag->name);
+			return error_prefix(r, "tag '%s'", f.item->owner.tag);
 	}
 	if (p->to_host && f.last) {
 		struct xfer_item *it = f.item;
 
 		it->chunk->host_valid = true;
-		r = engine_chunk_release(e, it->alloc, it->chunk);
+		r = engine_chunk_release(e, &it->owner, it->chunk);
 		if (r < 0)
 			return r;
 		it->change->bytes_released += it->chunk->size;
@@ -124,7 +124,7 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 			workers_memcpy(e->workers, staging_slot(p->ed, slot), host, length);
 		if (r < 0) {
 			p->slot_busy[slot] = false;
-			return error_prefix(r, "tag '%s'", it->tag->name);
+			return error_prefix(r, "tag '%s'", it->owner.tag);
 		}
 		host = staging_slot(p->ed, slot);
 	}

@@ -59,19 +59,19 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 
 	if (c->host.reclaimable && host_buffer_fits(c)) {
 		/* host mode reclaimable: only the pages the kernel took fault */
-		engine_account_host(it->tag, (int64_t)c->host.size);
+		engine_account_host(it->owner.held, (int64_t)c->host.size);
 		hostbuf_reuse(e->workers, &c->host);
 		engine_time_add(&e->host_prep_ns, start);
 		return 0;
 	}
 	if (c->host.ptr) /* grown since its last sleep, or left unpinned */
-		engine_host_free(e, it->tag, c);
+		engine_host_free(e, it->owner.held, c);
 	r = hostbuf_alloc(e->backend, c->plan.kept, &c->host);
 	if (r < 0) {
 		engine_time_add(&e->host_prep_ns, start);
 		return r;
 	}
-	engine_account_host(it->tag, (int64_t)c->host.size);
+	engine_account_host(it->owner.held, (int64_t)c->host.size);
 	if (e->pin_host)
 		hostbuf_touch(e->workers, &c->host);
 	engine_time_add(&e->host_prep_ns, start);
@@ -162,7 +162,7 @@ int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 	for (size_t i = 0; i < count; i++) {
 		struct xfer_item *it = &items[i];
 
-		if (it->alloc->device == d && xfer_is_keep(it) && !xfer_is_disk(it) &&
+		if (it->owner.device == d && xfer_is_keep(it) && !xfer_is_disk(it) &&
 		    it->chunk->mapped &&
 		    it->chunk->plan.kept && needs_host_buffer(e, it->chunk))
 			p->queue[p->count++] = it;

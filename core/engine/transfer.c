@@ -19,20 +19,20 @@
 
 /* ---- accounting ---------------------------------------------------------- */
 
-void engine_account_device(struct engine *e, struct alloc *a, int64_t delta)
+void engine_account_device(struct engine *e, const struct chunk_owner *o, int64_t delta)
 {
-	atomic_fetch_add(&e->device_bytes[a->device], (uint64_t)delta);
-	atomic_fetch_add(&a->tag->device_bytes, (uint64_t)delta);
+	atomic_fetch_add(&e->device_bytes[o->device], (uint64_t)delta);
+	atomic_fetch_add(&o->held->device_bytes, (uint64_t)delta);
 }
 
-void engine_account_host(struct tag *tag, int64_t delta)
+void engine_account_host(struct held_bytes *held, int64_t delta)
 {
-	atomic_fetch_add(&tag->host_bytes, (uint64_t)delta);
+	atomic_fetch_add(&held->host_bytes, (uint64_t)delta);
 }
 
-void engine_account_disk(struct tag *tag, int64_t delta)
+void engine_account_disk(struct held_bytes *held, int64_t delta)
 {
-	atomic_fetch_add(&tag->disk_bytes, (uint64_t)delta);
+	atomic_fetch_add(&held->disk_bytes, (uint64_t)delta);
 }
 
 /* ---- disk copies --------------------------------------------------------- */
@@ -46,7 +46,7 @@ static int disk_ready(struct engine *e, int d, struct xfer_item *it)
 	int r;
 
 	if (c->disk.open) { /* none should be left; never reuse one */
-		engine_account_disk(it->tag, -(int64_t)c->disk.size);
+		engine_account_disk(it->owner.held, -(int64_t)c->disk.size);
 		diskfile_close(&c->disk);
 	}
 	r = staging_ready(e, d);
@@ -54,17 +54,17 @@ static int disk_ready(struct engine *e, int d, struct xfer_item *it)
 		return r;
 	r = diskfile_create(e->backend, e->disk_dir, size, e->disk_names, &c->disk);
 	if (r < 0)
-		return error_prefix(r, "tag '%s'", it->tag->name);
-	engine_account_disk(it->tag, (int64_t)c->disk.size);
+		return error_prefix(r, "tag '%s'", it->owner.tag);
+	engine_account_disk(it->owner.held, (int64_t)c->disk.size);
 	return 0;
 }
 
 /* Remove a chunk's disk copy (the file goes with its descriptor). */
-static void disk_release(struct tag *tag, struct chunk *c)
+static void disk_release(struct held_bytes *held, struct chunk *c)
 {
 	if (!c->disk.open)
 		return;
-	engine_account_disk(tag, -(int64_t)c->disk.size);
+	engine_account_disk(held, -(int64_t)c->disk.size);
 	diskfile_close(&c->disk);
 }
 
@@ -173,20 +173,20 @@ int engine_device_setup(struct engine *e, int d)
 
 /* ---- chunk release ------------------------------------------------------- */
 
-int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c)
+int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c)
 {
 	struct backend *b = e->backend;
 	double start = now_monotonic_s();
 	int r;
 
-	r = b->ops->mem_unmap(b, a->device, c->va, c->size);
+	r = b->ops->mem_unmap(b, o->device, c->va, c->size);
 	if (r < 0) {
 		engine_time_add(&e->release_ns, start);
 		return error_prefix(r, "unmapping %zu bytes at %#lx", c->size, (unsigned long)c->va);
 	}
 	c->mapped = false;
-	engine_account_device(e, a, -(int64_t)c->size);
-	r = b->ops->mem_release(b, a->device, c->handle);
+	engine_account_device(e, o, -(int64_t)c->size);
+	r = b->ops->mem_release(b, o->device, c->handle);
 	engine_time_add(&e->release_ns, start);
 	if (r < 0)
 		log_write(&e->log, DORMANT_LOG_WARNING, "releasing physical memory: %s",
@@ -197,7 +197,7 @@ int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c)
 struct deferred_free {
 	struct backend *backend;
 	struct hostbuf buffer;
-	struct tag *tag;
+	struct held_bytes *held;
 };
 
 static void deferred_free_run(void *arg)
@@ -206,13 +206,13 @@ static void deferred_free_run(void *arg)
 	size_t size = job->buffer.size;
 
 	hostbuf_free(job->backend, &job->buffer);
-	engine_account_host(job->tag, -(int64_t)size);
+	engine_account_host(job->held, -(int64_t)size);
 	free(job);
 }
 
 /* Give a host copy back; unmapping gigabytes takes a while, so it happens on
  * a worker thread and the host bytes fall when it is done. */
-static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
+static void host_release(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
 	struct deferred_free *job = malloc(sizeof(*job));
 
@@ -220,64 +220,64 @@ static void host_release(struct engine *e, struct tag *tag, struct chunk *c)
 	c->retained = false;
 	if (c->host.reclaimable) {
 		/* counted again, as every buffer freed is */
-		engine_account_host(tag, (int64_t)c->host.size);
+		engine_account_host(held, (int64_t)c->host.size);
 		c->host.reclaimable = false;
 	}
 	if (!job) {
-		engine_host_free(e, tag, c);
+		engine_host_free(e, held, c);
 		return;
 	}
 	job->backend = e->backend;
 	job->buffer = c->host;
-	job->tag = tag;
+	job->held = held;
 	memset(&c->host, 0, sizeof(c->host));
 	workers_submit(e->workers, deferred_free_run, job);
 }
 
-void engine_host_free(struct engine *e, struct tag *tag, struct chunk *c)
+void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
 	size_t size = c->host.size;
 	bool counted = !c->host.reclaimable;
 
 	hostbuf_free(e->backend, &c->host);
 	if (counted)
-		engine_account_host(tag, -(int64_t)size);
+		engine_account_host(held, -(int64_t)size);
 }
 
 /* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
  * take (not counted as host memory held); the next sleep reuses it. */
-static void host_reclaim(struct engine *e, struct tag *tag, struct chunk *c)
+static void host_reclaim(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
 	c->host_valid = false;
 	c->retained = false;
 	if (hostbuf_make_reclaimable(e->backend, &c->host) < 0) {
 		log_write(&e->log, DORMANT_LOG_WARNING, "host copy freed instead: %s",
 			  dormant_last_error());
-		host_release(e, tag, c);
+		host_release(e, held, c);
 		return;
 	}
-	engine_account_host(tag, -(int64_t)c->host.size);
+	engine_account_host(held, -(int64_t)c->host.size);
 }
 
 /* A host copy no wake needs any more, as the host mode says. */
-static void host_done(struct engine *e, struct tag *tag, struct chunk *c)
+static void host_done(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
 	if (!c->host.ptr || c->host.reclaimable)
 		return;
 	if (e->mode == DORMANT_HOST_RELEASE)
-		host_release(e, tag, c);
+		host_release(e, held, c);
 	else if (e->mode == DORMANT_HOST_RECLAIMABLE)
-		host_reclaim(e, tag, c);
+		host_reclaim(e, held, c);
 }
 
-void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c)
+void engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c)
 {
-	if (c->mapped && engine_chunk_release(e, a, c) < 0)
+	if (c->mapped && engine_chunk_release(e, o, c) < 0)
 		log_write(&e->log, DORMANT_LOG_ERROR, "freeing an allocation: %s",
 			  dormant_last_error());
 	if (c->host.ptr)
-		engine_host_free(e, a->tag, c);
-	disk_release(a->tag, c);
+		engine_host_free(e, o->held, c);
+	disk_release(o->held, c);
 	c->host_valid = false;
 	c->retained = false;
 }
@@ -437,7 +437,7 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 	int r;
 
 	for (size_t i = 0; i < count; i++)
-		used[items[i].alloc->device] = true;
+		used[items[i].owner.device] = true;
 	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
 		n += used[d];
 	atomic_store(&e->devices_stop, false);
@@ -459,7 +459,7 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 							 .count = count, .fn = fn };
 	/* Before any thread starts: each device's items count into its own. */
 	for (size_t i = 0; i < count; i++)
-		items[i].change = change_own(run_of(runs, n, items[i].alloc->device),
+		items[i].change = change_own(run_of(runs, n, items[i].owner.device),
 					     items[i].change);
 
 	for (k = 1; k < n && !e->serial_devices; k++)
@@ -548,10 +548,10 @@ static int release_policy(struct engine *e, int d, enum dormant_policy policy,
 		struct xfer_item *it = &items[i];
 		int r;
 
-		if ((d >= 0 && it->alloc->device != d) || it->policy != policy ||
+		if ((d >= 0 && it->owner.device != d) || it->policy != policy ||
 		    !it->chunk->mapped)
 			continue;
-		r = engine_chunk_release(e, it->alloc, it->chunk);
+		r = engine_chunk_release(e, &it->owner, it->chunk);
 		if (r < 0)
 			return r;
 		it->change->bytes_released += it->chunk->size;
@@ -595,7 +595,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		struct xfer_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
-		if (it->alloc->device != d || !xfer_is_keep(it) || !c->mapped)
+		if (it->owner.device != d || !xfer_is_keep(it) || !c->mapped)
 			continue;
 		if (atomic_load(&e->devices_stop)) {
 			r = device_stop(e, d);
@@ -603,7 +603,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		}
 		if (c->plan.kept == 0) {
 			/* a slab's free tail, or all marked unused: nothing to keep */
-			r = engine_chunk_release(e, it->alloc, c);
+			r = engine_chunk_release(e, &it->owner, c);
 			if (r < 0)
 				goto err;
 			it->change->bytes_released += c->size;
@@ -612,14 +612,14 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			t->skipped += c->plan.skipped;
 			/* a retained host copy would hold nothing now */
 			if (c->host.ptr)
-				host_release(e, it->tag, c);
-			disk_release(it->tag, c);
+				host_release(e, it->owner.held, c);
+			disk_release(it->owner.held, c);
 			continue;
 		}
 		if (xfer_is_disk(it)) {
 			/* kept in host memory before its policy became disk */
 			if (c->host.ptr)
-				host_release(e, it->tag, c);
+				host_release(e, it->owner.held, c);
 			r = disk_ready(e, d, it);
 		} else {
 			wait = now_monotonic_s();
@@ -701,8 +701,8 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 
 		if (c->mapped) {
 			c->host_valid = false;
-			host_done(e, items[i].tag, c);
-			disk_release(items[i].tag, c);
+			host_done(e, items[i].owner.held, c);
+			disk_release(items[i].owner.held, c);
 		}
 	}
 	return r;
@@ -719,7 +719,7 @@ static void unmap_fresh(struct engine *e, struct xfer_item *items, size_t count,
 		if (!it->mapped_here)
 			continue;
 		it->mapped_here = false;
-		if (engine_chunk_release(e, it->alloc, it->chunk) < 0) {
+		if (engine_chunk_release(e, &it->owner, it->chunk) < 0) {
 			log_write(&e->log, DORMANT_LOG_ERROR, "undoing a wake: %s",
 				  dormant_last_error());
 			continue;
@@ -773,7 +773,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 		struct xfer_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
-		if (it->alloc->device != d)
+		if (it->owner.device != d)
 			continue;
 		r = mapper_wait(&mp, it);
 		if (r < 0)
@@ -864,7 +864,7 @@ static int room_check(struct engine *e, int d, struct xfer_item *items, size_t c
 	uint64_t need = 0, free_bytes, total;
 
 	for (size_t i = 0; i < count; i++)
-		if (items[i].alloc->device == d && !items[i].chunk->mapped)
+		if (items[i].owner.device == d && !items[i].chunk->mapped)
 			need += items[i].chunk->size;
 	if (e->backend->ops->mem_info(e->backend, d, &free_bytes, &total) < 0)
 		return 0;
@@ -894,7 +894,7 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	int r;
 
 	for (size_t i = 0; i < count && !any; i++)
-		any = items[i].alloc->device == d && !items[i].chunk->mapped;
+		any = items[i].owner.device == d && !items[i].chunk->mapped;
 	if (!any)
 		return 0;
 	r = engine_device_setup(e, d);
@@ -908,7 +908,7 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	for (size_t i = 0; i < count && !e->wake_overlap; i++) {
 		struct xfer_item *it = &items[i];
 
-		if (it->alloc->device != d || it->chunk->mapped)
+		if (it->owner.device != d || it->chunk->mapped)
 			continue;
 		r = mapper_map_one(e, it);
 		if (r < 0)
@@ -977,9 +977,9 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 			continue;
 		checksum_commit(e, it);
 		c->host_valid = false;
-		host_done(e, it->tag, c);
+		host_done(e, it->owner.held, c);
 		/* a disk copy is never kept: its file goes, retain mode or not */
-		disk_release(it->tag, c);
+		disk_release(it->owner.held, c);
 	}
 }
 

@@ -50,13 +50,10 @@
 #include <stdbool.h>
 
 #include "backend.h"
+#include "chunk.h"
 #include "dormant.h"
 #include "hostbuf.h"
 #include "workers.h"
-
-struct alloc;
-struct chunk;
-struct tag;
 
 #define ENGINE_WINDOW 8       /* pieces in flight per device */
 #define ENGINE_STAGING_SLOTS 4
@@ -106,11 +103,10 @@ struct engine {
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
 };
 
-/* One chunk to move, with where to account for it. */
+/* One chunk to move, with its owner (device, messages, accounting). */
 struct xfer_item {
-	struct alloc *alloc;
 	struct chunk *chunk;
-	struct tag *tag;
+	struct chunk_owner owner;
 	enum dormant_policy policy; /* its allocation's, fixed when collected */
 	struct dormant_tag_change *change;
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
@@ -151,7 +147,7 @@ void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
 int engine_device_setup(struct engine *e, int d);
 
 /* Give back a chunk's memory, with accounting: used by free and destroy. */
-void engine_chunk_drop(struct engine *e, struct alloc *a, struct chunk *c);
+void engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c);
 
 /* For the engine's modules (pipeline.c, prepare.c): */
 /* Kept: copied on sleep and restored on wake, to host memory or disk. */
@@ -165,21 +161,21 @@ static inline bool xfer_is_disk(const struct xfer_item *it)
 	return it->policy == DORMANT_DISK;
 }
 /* Unmap and release a mapped chunk, with accounting. */
-int engine_chunk_release(struct engine *e, struct alloc *a, struct chunk *c);
+int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c);
 /* Add the seconds since start (now_monotonic_s()) to a time counter. */
 static inline void engine_time_add(_Atomic uint64_t *ns, double start)
 {
 	atomic_fetch_add(ns, (uint64_t)((now_monotonic_s() - start) * 1e9));
 }
-/* Count device bytes mapped for an allocation (atomic: any thread). */
-void engine_account_device(struct engine *e, struct alloc *a, int64_t delta);
+/* Count device bytes mapped for an owner (atomic: any thread). */
+void engine_account_device(struct engine *e, const struct chunk_owner *o, int64_t delta);
 /* Count host bytes held for a tag. */
-void engine_account_host(struct tag *tag, int64_t delta);
+void engine_account_host(struct held_bytes *held, int64_t delta);
 
 /* Free a chunk's host buffer now, taking it off the tag's host bytes (a
  * reclaimable one is off them already). */
-void engine_host_free(struct engine *e, struct tag *tag, struct chunk *c);
+void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c);
 /* Count disk bytes held for a tag. */
-void engine_account_disk(struct tag *tag, int64_t delta);
+void engine_account_disk(struct held_bytes *held, int64_t delta);
 
 #endif
