@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manager.h"
-
 int mapper_map_one(struct engine *e, struct xfer_item *it)
 {
 	struct chunk *c = it->chunk;
