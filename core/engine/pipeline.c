@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "pipeline.h"
 
-#include "manager.h"
 #include "staging.h"
 
 /* Wait for the oldest piece; finish its host side; on sleep, release its
