@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manager.h"
 #include "verify.h"
 
 uint64_t checksum_plan_signature(const struct copy_plan *plan)
