@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manager.h"
 #include "mapper.h"
 #include "pipeline.h"
 #include "prepare.h"

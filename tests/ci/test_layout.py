@@ -30,7 +30,6 @@ FLOOR = {"dormant.h", "util.h"}  # core/: every room may include them
 # longer needs its exception fails test_engine_exceptions_still_needed
 # until it is taken off.
 ENGINE_INCLUDES_MANAGER = {
-    "core/engine/transfer.c": {"manager.h"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
