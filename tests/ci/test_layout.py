@@ -11,7 +11,9 @@ Inside core/, three rooms whose doors open one way: core/backends/ (the
 device interface, its implementations, the hash) at the bottom includes
 nothing of the two above it; core/engine/ (the transfer engine) includes the
 backends' headers but nothing of the manager's; the manager (core/ itself)
-may include all. core/dormant.h (public) and core/util.h are the ground
+may include all. Nor does a lower room name a higher room's types: what the
+engine knows of the manager's allocations and tags comes in its own
+struct chunk_owner (engine/chunk.h). core/dormant.h (public) and core/util.h are the ground
 floor: every room may include them, and they include no room's header.
 Headers are found by name (meson puts the three folders on the include
 path), so a name says its room; no two rooms may hold the same name."""
@@ -24,13 +26,6 @@ EXEMPT = {"bench", ".thirdparty"}
 CORE = REPO / "core"
 FLOOR = {"dormant.h", "util.h"}  # core/: every room may include them
 
-# Engine files that still include the manager's header, for the struct
-# chunk / alloc / tag fields they read (docs/design.md, "Architecture":
-# what is left of issue 22). The list may only shrink: a file that no
-# longer needs its exception fails test_engine_exceptions_still_needed
-# until it is taken off.
-ENGINE_INCLUDES_MANAGER = {
-}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 
@@ -120,18 +115,41 @@ def test_backends_include_nothing_above():
 
 def test_engine_includes_no_manager_header():
     backends, engine, manager = rooms()
-    found = [(rel, name) for rel, name in room_includes("engine", manager)
-             if name not in ENGINE_INCLUDES_MANAGER.get(rel, set())]
+    found = room_includes("engine", manager)
     assert not found, ("core/engine/ includes the manager's headers (what it needs from the "
-                       f"manager comes in through its own header): {found}")
+                       f"manager comes in through its own header, chunk.h): {found}")
 
 
-def test_engine_exceptions_still_needed():
-    backends, engine, manager = rooms()
-    found = set(room_includes("engine", manager))
-    stale = [(rel, name) for rel, names in ENGINE_INCLUDES_MANAGER.items() for name in names
-             if (rel, name) not in found]
-    assert not stale, f"no longer included: take them off ENGINE_INCLUDES_MANAGER: {stale}"
+# Types a lower room never names (an include can hide behind another
+# header): the engine knows a chunk's owner by struct chunk_owner and a tag's
+# counters by struct held_bytes (chunk.h), never the manager's allocation or
+# tag; the backends know neither room.
+MANAGER_TYPES = {"alloc", "tag", "dormant", "hook", "warmup", "slab_space"}
+ENGINE_TYPES = {"engine", "chunk", "chunk_owner", "held_bytes", "xfer_item", "hostbuf",
+                "copy_plan"}
+STRUCT = re.compile(r"\bstruct\s+(\w+)")
+
+
+def room_types(folder, forbidden):
+    found = []
+    for path in sorted((CORE / folder).rglob("*")):
+        if path.suffix not in (".c", ".h", ".cu") or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{path.relative_to(REPO).as_posix()}: struct {name}"
+                  for name in STRUCT.findall(text) if name in forbidden]
+    return found
+
+
+def test_engine_names_no_manager_type():
+    found = room_types("engine", MANAGER_TYPES)
+    assert not found, ("core/engine/ names the manager's types (pass what it needs in "
+                       f"struct chunk_owner or another type of its own): {found}")
+
+
+def test_backends_name_no_type_above():
+    found = room_types("backends", MANAGER_TYPES | ENGINE_TYPES)
+    assert not found, f"core/backends/ names the engine's or the manager's types: {found}"
 
 
 def test_ground_floor_includes_no_room():
