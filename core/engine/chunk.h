@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checksum.h"
 #include "diskfile.h"
 #include "extent.h"
+#include "hash.h"
 #include "hostbuf.h"
 
 struct chunk {

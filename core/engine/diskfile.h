@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "checksum.h"
+#include "hash.h"
 
 struct copy_plan;
 
@@ -51,7 +51,7 @@ int diskfile_write(struct backend *b, struct diskfile *f, const void *buf, size_
 		   uint64_t offset);
 int diskfile_read(struct backend *b, struct diskfile *f, void *buf, size_t size,
 		  uint64_t offset);
-/* The checksum (checksum.h) of what the file holds of plan's runs. */
+/* The checksum (hash.h) of what the file holds of plan's runs. */
 int diskfile_checksum(struct diskfile *f, const struct copy_plan *plan, struct checksum *ret);
 /* Flip bits of the byte at offset (dormant_debug_corrupt_host()). */
 int diskfile_xor_byte(struct diskfile *f, uint64_t offset, unsigned char mask);
