@@ -3,6 +3,8 @@
  * The transfer engine: moves chunks between device and host memory for a
  * transition, pipelined so that the copy engine never waits for the host.
  * Its modules, each with its private header:
+ *  - chunk.h:    what it moves, and what it knows of the chunk's owner (the
+ *                manager's allocation and tag: struct chunk_owner);
  *  - extent.c:   what is copied of a chunk (live runs, marks, holes);
  *  - prepare.c:  host copies of a sleep: allocated, faulted in, pinned ahead;
  *  - pipeline.c: the copies in flight, split where the host side requires;
