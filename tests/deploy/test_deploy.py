@@ -546,7 +546,7 @@ def test_live_metrics_pass_promtool_and_hold_what_we_use(daemon):
 
 
 PHASES = ("sync", "host_prep", "host_pin", "host_wait", "copy", "release", "map", "map_wait",
-          "zero_wait", "comms")
+          "zero_wait", "comms", "setup", "checksum", "rebuild", "warmup_wait")
 
 
 def test_live_phase_seconds_sum_every_transition(daemon):
