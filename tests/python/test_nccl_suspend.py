@@ -488,7 +488,8 @@ def test_the_libnccl_the_process_binds_to_wins_over_the_first_mapped(tmp_path, h
     (tmp_path / "new").mkdir()
     old = shutil.copy(FAKE_OLD, tmp_path / "old" / "libnccl.so.2")
     new = shutil.copy(FAKE, tmp_path / "new" / "libnccl.so.2")
-    env = {k: v for k, v in os.environ.items() if k not in ("DORMANT_NCCL_LIB", "LD_PRELOAD")}
+    # LD_PRELOAD stays: under ASan it names the runtime, which must come first
+    env = {k: v for k, v in os.environ.items() if k != "DORMANT_NCCL_LIB"}
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(dormant.__path__[0]),
                                          env.get("PYTHONPATH", "")])
     r = subprocess.run([sys.executable, "-c", _TWO_MAPPED, str(old), str(new),
