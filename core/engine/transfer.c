@@ -851,7 +851,8 @@ static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc)
 			error_clear();
 	}
 	wake_copy_start(wc, (enum wake_copy_mode)e->wake_copy, kernel_ok,
-			e->wake_copy_probe_bytes, e->wake_copy_reprobe_bytes);
+			e->wake_copy_probe_bytes, e->wake_copy_reprobe_bytes,
+			e->devices[d].kernel_gbps);
 }
 
 /* Before a wake that maps ahead of its copies: a device that has less free
@@ -926,6 +927,8 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	r = restore_device(e, d, items, count, t, &vw, &wc);
 	wake_copy_report(&wc, &copied);
 	wake_copy_report_add(&t->wake_copy, &copied);
+	if (wc.kernel_gbps > 0)
+		e->devices[d].kernel_gbps = wc.kernel_gbps;
 	if (r == 0) {
 		double wait = now_monotonic_s();
 

@@ -71,6 +71,9 @@ struct engine_device {
 	void *events[ENGINE_WINDOW];
 	struct hostbuf staging;
 	size_t slot_bytes;
+	/* wake_copy=auto: the copy kernel's rate as a wake measured it (GB/s;
+	 * 0: never), so that later wakes time only the copy engines */
+	double kernel_gbps;
 };
 
 struct engine {

@@ -26,7 +26,7 @@ static void probe_begin(struct wake_copy *wc, enum wake_copy_phase phase)
 }
 
 void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel_ok,
-		     uint64_t probe_size, uint64_t reprobe_size)
+		     uint64_t probe_size, uint64_t reprobe_size, double kernel_gbps)
 {
 	memset(wc, 0, sizeof(*wc));
 	wc->probe_size = MAX(probe_size, (uint64_t)1);
@@ -34,8 +34,10 @@ void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel
 	wc->mode = kernel_ok ? mode : WAKE_COPY_ENGINE;
 	wc->phase = WAKE_COPY_RUN;
 	wc->kernel = wc->mode == WAKE_COPY_KERNEL;
-	if (wc->mode == WAKE_COPY_AUTO)
+	if (wc->mode == WAKE_COPY_AUTO) {
+		wc->kernel_gbps = kernel_gbps > 0 ? kernel_gbps : 0; /* known: not timed again */
 		probe_begin(wc, WAKE_COPY_PROBE_ENGINE);
+	}
 }
 
 void wake_copy_count(struct wake_copy *wc, uint64_t size)

@@ -10,8 +10,8 @@
  * with the SMs and keeps nearly the full rate; with the copy engines free it
  * is a little slower than they are. So wake_copy=auto measures: each
  * device's wake times its first wake_copy_probe_bytes (64 MiB) on the copy
- * engines, the next as many with the kernel, and copies the rest with the
- * faster (wake_copy_choose(): the kernel only when clearly faster). Having
+ * engines, the next as many with the kernel (a device's first wake only:
+ * later ones reuse that rate), and copies the rest with the faster (wake_copy_choose(): the kernel only when clearly faster). Having
  * chosen the kernel it times the copy engines again every
  * wake_copy_reprobe_bytes (4 GiB) the kernel copied, and goes back to them
  * once the scrub is over.
@@ -75,9 +75,12 @@ bool wake_copy_choose(double engine_gbps, double kernel_gbps);
 /* Start a device's wake, probes of probe_size bytes, timing the copy
  * engines again after reprobe_size bytes of the kernel. kernel_ok: the
  * device can run the kernel (else every mode copies with the copy
- * engines). */
+ * engines). kernel_gbps: the kernel's rate an earlier wake of the device
+ * measured (0: none); with it, auto times only the copy engines, since the
+ * kernel's rate holds through a scrub and the probe costs a drained
+ * pipeline (7 ms of an 8 GiB wake on the H200). */
 void wake_copy_start(struct wake_copy *wc, enum wake_copy_mode mode, bool kernel_ok,
-		     uint64_t probe_size, uint64_t reprobe_size);
+		     uint64_t probe_size, uint64_t reprobe_size, double kernel_gbps);
 
 /* Whether a probe is under way (its pieces must be cut at probe_left and
  * timed: wake_copy_segment_*()). */

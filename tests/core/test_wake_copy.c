@@ -176,6 +176,37 @@ Test(wake_copy, auto_times_the_engines_again)
 	dormant_destroy(m);
 }
 
+/* The kernel's rate, measured by a device's first wake, is kept: later
+ * wakes time only the copy engines (one probe) and choose by both rates. */
+Test(wake_copy, later_wakes_time_only_the_engines)
+{
+	struct dormant_report rep;
+	void *w;
+	/* the engines' rate per probe: free on the first wake, scrubbing on the
+	 * second, free again on the third */
+	struct dormant *m = auto_manager("55,27,55:50", &w, 5 * MiB);
+
+	cycle(m, &rep);
+	cr_expect_str_eq(rep.wake_copy.method, "engine");
+	cr_expect_eq(rep.wake_copy.probes, 2, "the first wake times both");
+	cr_expect_float_eq(rep.wake_copy.kernel_gbps, 50, 1e-9);
+
+	cycle(m, &rep);
+	cr_expect(holds(m, w, 5 * MiB, 77));
+	cr_expect_str_eq(rep.wake_copy.method, "kernel", "27 against the known 50");
+	cr_expect_eq(rep.wake_copy.probes, 1, "the kernel's rate was known");
+	cr_expect_float_eq(rep.wake_copy.kernel_gbps, 50, 1e-9);
+	cr_expect_eq(rep.wake_copy.bytes_engine, 2 * MiB);
+	cr_expect_eq(rep.wake_copy.bytes_kernel, 3 * MiB);
+
+	cycle(m, &rep);
+	cr_expect(holds(m, w, 5 * MiB, 77));
+	cr_expect_str_eq(rep.wake_copy.method, "engine");
+	cr_expect_eq(rep.wake_copy.probes, 1);
+	cr_expect_eq(rep.wake_copy.bytes_kernel, 0, "no kernel probe on a later wake");
+	dormant_destroy(m);
+}
+
 /* Counters by method across wakes; a wake that copies nothing names none. */
 Test(wake_copy, stats_count_by_method)
 {
