@@ -25,9 +25,11 @@ struct scene {
 	void *big, *small, *grads;
 };
 
-static struct scene scene_from(const char *options)
+/* The scene in manager m: weights (a slab piece and a dedicated
+ * allocation) kept, grads discarded, all filled. */
+static struct scene scene_of(struct dormant *m)
 {
-	struct scene s = { .m = manager_from("%s", options) };
+	struct scene s = { .m = m };
 
 	cr_assert_eq(dormant_set_policy(s.m, "weights", DORMANT_KEEP), 0);
 	cr_assert_eq(dormant_set_policy(s.m, "grads", DORMANT_DISCARD), 0);
@@ -39,6 +41,11 @@ static struct scene scene_from(const char *options)
 	fill(s.m, s.small, SMALL, 2);
 	fill(s.m, s.grads, 8 * MiB, 3);
 	return s;
+}
+
+static struct scene scene_from(const char *options)
+{
+	return scene_of(manager_from("%s", options));
 }
 
 static void expect_intact(struct scene *s)
@@ -223,6 +230,22 @@ static void hold_log(enum dormant_log_level level, const char *message, void *us
 	pthread_mutex_unlock(&h->lock);
 }
 
+/* A retain-mode manager whose log holds the warm-up (hold_log), its
+ * background run off: the tests start it themselves. */
+static struct dormant *held_manager(void)
+{
+	struct dormant_options *o;
+	struct dormant *m;
+
+	cr_assert_eq(dormant_options_new(&o), 0);
+	cr_assert_eq(dormant_options_parse(o, "host_mode=retain,chunk_bytes=4MiB,copy_threads=2,"
+					      "warmup=off"), 0);
+	cr_assert_eq(dormant_options_set_log(o, hold_log, &hold), 0);
+	cr_assert_eq(dormant_new(o, &m), 0, "%s", dormant_last_error());
+	dormant_options_destroy(o);
+	return m;
+}
+
 static void *warm_up_thread(void *arg)
 {
 	struct hold *h = arg;
@@ -233,26 +256,11 @@ static void *warm_up_thread(void *arg)
 
 Test(warmup, a_sleep_while_it_runs_stops_it_and_waits)
 {
-	struct dormant_options *o;
 	struct dormant_report rep;
-	struct scene s = { 0 };
+	struct scene s = scene_of(held_manager());
 	pthread_t thread;
 	uint64_t before;
 
-	cr_assert_eq(dormant_options_new(&o), 0);
-	cr_assert_eq(dormant_options_parse(o, "host_mode=retain,chunk_bytes=4MiB,copy_threads=2,"
-					      "warmup=off"), 0);
-	cr_assert_eq(dormant_options_set_log(o, hold_log, &hold), 0);
-	cr_assert_eq(dormant_new(o, &s.m), 0, "%s", dormant_last_error());
-	dormant_options_destroy(o);
-	cr_assert_eq(dormant_set_policy(s.m, "weights", DORMANT_KEEP), 0);
-	cr_assert_eq(dormant_set_policy(s.m, "grads", DORMANT_DISCARD), 0);
-	cr_assert_eq(dormant_alloc(s.m, "weights", SMALL, &s.small), 0);
-	cr_assert_eq(dormant_alloc(s.m, "weights", SIZE, &s.big), 0);
-	cr_assert_eq(dormant_alloc(s.m, "grads", 8 * MiB, &s.grads), 0);
-	fill(s.m, s.big, SIZE, 1);
-	fill(s.m, s.small, SMALL, 2);
-	fill(s.m, s.grads, 8 * MiB, 3);
 	hold.m = s.m;
 
 	cr_assert_eq(pthread_create(&thread, NULL, warm_up_thread, &hold), 0);
@@ -301,16 +309,9 @@ static void *free_thread(void *arg)
 
 Test(warmup, a_free_while_it_prepares_waits_for_the_chunk)
 {
-	struct dormant_options *o;
-	struct scene s = { 0 };
+	struct scene s = { .m = held_manager() };
 	pthread_t warm, freer;
 
-	cr_assert_eq(dormant_options_new(&o), 0);
-	cr_assert_eq(dormant_options_parse(o, "host_mode=retain,chunk_bytes=4MiB,copy_threads=2,"
-					      "warmup=off"), 0);
-	cr_assert_eq(dormant_options_set_log(o, hold_log, &hold), 0);
-	cr_assert_eq(dormant_new(o, &s.m), 0, "%s", dormant_last_error());
-	dormant_options_destroy(o);
 	cr_assert_eq(dormant_set_policy(s.m, "weights", DORMANT_KEEP), 0);
 	cr_assert_eq(dormant_alloc(s.m, "weights", SMALL, &s.small), 0);
 	cr_assert_eq(dormant_alloc(s.m, "weights", SIZE, &s.big), 0);
