@@ -134,20 +134,27 @@ class _DlInfo(ctypes.Structure):
                 ("dli_sname", c_char_p), ("dli_saddr", c_void_p)]
 
 
-def _loaded_path(cdll, fallback):
-    """The file the dynamic loader really mapped for cdll (via dladdr)."""
+def defining_file(cdll, symbol):
+    """The file (real path) whose symbol cdll resolves, via dladdr: with
+    ctypes.CDLL(None), the first definition in the process's global scope.
+    None when there is none."""
     try:
         libc = ctypes.CDLL(None)
         dladdr = libc.dladdr
         dladdr.argtypes = [c_void_p, ctypes.POINTER(_DlInfo)]
         dladdr.restype = c_int
         info = _DlInfo()
-        addr = ctypes.cast(cdll.dormant_new, c_void_p)
+        addr = ctypes.cast(getattr(cdll, symbol), c_void_p)
         if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
             return os.path.realpath(os.fsdecode(info.dli_fname))
     except (AttributeError, OSError):
         pass
-    return fallback
+    return None
+
+
+def _loaded_path(cdll, fallback):
+    """The file the dynamic loader really mapped for cdll."""
+    return defining_file(cdll, "dormant_new") or fallback
 
 
 class Library:

@@ -16,6 +16,8 @@ src/nccl.h.in) are looked up at run time; ncclGetVersion gives the version
 import ctypes
 import os
 
+from .._library import defining_file
+
 SUSPEND_FROM = (2, 29, 7)
 NCCL_SUSPEND_MEM = 0x01
 # ncclCommMemStat_t
@@ -62,28 +64,6 @@ def mapped_paths(maps="/proc/self/maps"):
     return paths
 
 
-def _global_definition(symbol):
-    """The file that defines symbol first in the process's global scope
-    (what a library linked to libnccl binds to), or None."""
-    try:
-        libc = ctypes.CDLL(None)
-        addr = ctypes.cast(getattr(libc, symbol), ctypes.c_void_p)
-        dladdr = libc.dladdr
-        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-        dladdr.restype = ctypes.c_int
-        info = _DlInfo()
-        if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
-            return os.path.realpath(os.fsdecode(info.dli_fname))
-    except (AttributeError, OSError):
-        pass
-    return None
-
-
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-
 def loaded_path(maps="/proc/self/maps"):
     """The file of the libnccl this process runs on, or None.
 
@@ -98,7 +78,8 @@ def loaded_path(maps="/proc/self/maps"):
     paths = mapped_paths(maps)
     if len(paths) > 1:
         real = {os.path.realpath(p): p for p in paths}
-        bound = _global_definition("ncclGetVersion")
+        # the global definition: what a library linked to libnccl binds to
+        bound = defining_file(ctypes.CDLL(None), "ncclGetVersion")
         if bound in real:
             return real[bound]
         for entry in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
