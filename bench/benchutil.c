@@ -318,7 +318,7 @@ int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece
 	if (r < 0)
 		return r;
 	hostbuf_touch(w, &hb);
-	r = hostbuf_pin(b, &hb, piece_bytes);
+	r = hostbuf_pin(b, &hb, piece_bytes, 1);
 	if (r < 0) {
 		hostbuf_free(b, &hb);
 		return r;

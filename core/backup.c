@@ -154,7 +154,9 @@ DORMANT_EXPORT int dormant_set_host_mode(struct dormant *m, enum dormant_host_mo
 		r = error_set(-EBUSY, "a transition is running");
 	else {
 		/* the engine reads it only while a transition runs, which the
-		 * lock keeps from starting now */
+		 * lock keeps from starting now; the last wake's unpins finish
+		 * first, so that the new mode starts from settled buffers */
+		engine_reclaims_wait(&m->engine);
 		atomic_store(&m->host_mode, mode);
 		m->engine.mode = mode;
 	}

@@ -127,6 +127,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   staging_bytes      size   256MiB: pinned staging ring for unpinned copies
  *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
  *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
+ *   pin_threads        int    $DORMANT_PIN_THREADS  4 (1 to 32): threads that
+ *                      pin the pieces of one host copy at once
  *   host_devices       int    $DORMANT_HOST_DEVICES  1 (host backend only)
  *   host_device_bytes  size   $DORMANT_HOST_DEVICE_BYTES  64GiB (host backend)
  *   verify             bool   $DORMANT_VERIFY  true: check restored chunks

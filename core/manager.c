@@ -143,6 +143,8 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	/* Devices are driven at once; parallel_devices=false drives them one
 	 * after another (to measure what the parallel transition gains). */
 	m->engine.serial_devices = !o.parallel_devices;
+	/* host copies' pieces pinned at once, on this many threads */
+	m->engine.pin_threads = (unsigned)o.pin_threads;
 	/* verification after wake (dormant_set_verify() changes it later) */
 	atomic_store(&m->engine.verify, o.verify);
 	/* retain mode's skip of unchanged chunks */

@@ -107,6 +107,13 @@ static const struct option options[] = {
 		.doc = "host copies are pinned, and copied, in pieces of this size",
 	},
 	{
+		.name = "pin_threads", .type = OPTION_INT, .offset = FIELD(pin_threads),
+		.default_value = "4", .env = "DORMANT_PIN_THREADS", .min = 1,
+		.max = HOSTBUF_PIN_THREADS_MAX,
+		.doc = "threads that pin the pieces of one host copy at once (1: one piece "
+		       "after another)",
+	},
+	{
 		.name = "host_devices", .type = OPTION_INT, .offset = FIELD(host_devices),
 		.default_value = "1", .env = "DORMANT_HOST_DEVICES", .min = 1,
 		.max = DORMANT_DEVICES_MAX,

@@ -23,6 +23,7 @@ struct dormant_options {
 	size_t staging_bytes;
 	bool pin_host;
 	size_t pin_piece_bytes;
+	int pin_threads;
 	int host_devices;
 	size_t host_device_bytes;
 	bool verify;

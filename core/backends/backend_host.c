@@ -133,6 +133,10 @@ struct host_backend {
 	pthread_mutex_t pin_lock;
 	struct pinned_range *pinned;
 	size_t pinned_count, pinned_capacity;
+	/* tests: DORMANT_HOST_PIN_FAIL=N fails the Nth pin (N+: and every
+	 * later one), as a driver out of pinnable memory would */
+	uint64_t pin_calls, pin_fail_at; /* under pin_lock; 0: none fails */
+	bool pin_fail_repeat;
 	struct rendezvous rendezvous;
 	struct host_hash *hashes; /* waiting for their events, under lock */
 };
@@ -289,6 +293,10 @@ static void host_destroy(struct backend *b)
 		h->hashes = x->next;
 		free(x);
 	}
+	/* the driver would keep them registered: a leak the tests look for */
+	if (h->pinned_count)
+		log_write(&b->log, DORMANT_LOG_WARNING,
+			  "host backend: %zu host ranges still pinned at the end", h->pinned_count);
 	pthread_mutex_destroy(&h->lock);
 	pthread_mutex_destroy(&h->pin_lock);
 	pthread_cond_destroy(&h->rendezvous.cond);
@@ -426,10 +434,23 @@ static int host_mem_unmap(struct backend *b, int device, uintptr_t va, size_t si
 static int host_host_pin(struct backend *b, void *ptr, size_t size)
 {
 	struct host_backend *h = host(b);
+	uintptr_t start = (uintptr_t)ptr;
 	int r = 0;
 
 	pthread_mutex_lock(&h->pin_lock);
-	if (h->pinned_count == h->pinned_capacity) {
+	h->pin_calls++;
+	if (h->pin_fail_at &&
+	    (h->pin_calls == h->pin_fail_at || (h->pin_fail_repeat && h->pin_calls > h->pin_fail_at)))
+		r = error_set(-ENOMEM, "pinning %zu bytes: pin call %llu fails "
+				       "(DORMANT_HOST_PIN_FAIL)",
+			      size, (unsigned long long)h->pin_calls);
+	/* cuMemHostRegister refuses memory registered already */
+	for (size_t i = 0; i < h->pinned_count && r == 0; i++)
+		if (start < h->pinned[i].end && start + size > h->pinned[i].start)
+			r = error_set(-EINVAL, "pinning %zu bytes at %p: part of it is pinned "
+					       "already (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)",
+				      size, ptr);
+	if (r == 0 && h->pinned_count == h->pinned_capacity) {
 		size_t capacity = h->pinned_capacity ? h->pinned_capacity * 2 : 64;
 		struct pinned_range *grown = realloc(h->pinned, capacity * sizeof(*grown));
 
@@ -442,9 +463,25 @@ static int host_host_pin(struct backend *b, void *ptr, size_t size)
 	}
 	if (r == 0)
 		h->pinned[h->pinned_count++] = (struct pinned_range){
-			.start = (uintptr_t)ptr, .end = (uintptr_t)ptr + size };
+			.start = start, .end = start + size };
 	pthread_mutex_unlock(&h->pin_lock);
 	return r;
+}
+
+/* DORMANT_HOST_PIN_FAIL: N or N+ (N >= 1). */
+static int pin_fail_parse(struct host_backend *h, const char *text)
+{
+	char *end;
+	unsigned long long n;
+
+	errno = 0;
+	n = strtoull(text, &end, 10);
+	h->pin_fail_repeat = *end == '+';
+	if (errno || n == 0 || end == text || *(end + h->pin_fail_repeat))
+		return error_set(-EINVAL, "DORMANT_HOST_PIN_FAIL must be N or N+ (N >= 1), not \"%s\"",
+				 text);
+	h->pin_fail_at = n;
+	return 0;
 }
 
 static int host_host_unpin(struct backend *b, void *ptr)
@@ -1018,7 +1055,8 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	pthread_mutex_init(&h->pin_lock, NULL);
 	if (rendezvous_init(&h->rendezvous) < 0 ||
 	    ((env = getenv("DORMANT_HOST_COPY_GBPS")) && *env &&
-	     copy_gbps_parse(h, env) < 0)) {
+	     copy_gbps_parse(h, env) < 0) ||
+	    ((env = getenv("DORMANT_HOST_PIN_FAIL")) && *env && pin_fail_parse(h, env) < 0)) {
 		int r = -EINVAL;
 
 		pthread_cond_destroy(&h->rendezvous.cond);

@@ -31,7 +31,7 @@ int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret)
 		return r;
 	if (e->pin_host) {
 		hostbuf_touch(e->workers, &hb);
-		r = hostbuf_pin(e->backend, &hb, e->pin_piece);
+		r = hostbuf_pin(e->backend, &hb, e->pin_piece, e->pin_threads);
 		if (r < 0) {
 			hostbuf_free(e->backend, &hb);
 			return r;
@@ -55,6 +55,8 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 	double start = now_monotonic_s();
 	int r;
 
+	/* the last wake's unpin of it, on a worker, must be done */
+	engine_host_settle(e, &c->host);
 	if (c->host.reclaimable && host_buffer_fits(c)) {
 		/* host mode reclaimable: only the pages the kernel took fault */
 		engine_account_host(it->owner.held, (int64_t)c->host.size);
@@ -80,7 +82,7 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 static void host_pin(struct engine *e, struct xfer_item *it)
 {
 	double start = now_monotonic_s();
-	int r = e->pin_host ? hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece) : 0;
+	int r = e->pin_host ? hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece, e->pin_threads) : 0;
 
 	engine_time_add(&e->host_pin_ns, start);
 	if (r < 0)

@@ -16,7 +16,7 @@ int staging_ready(struct engine *e, int d)
 		return error_prefix(r, "allocating the staging ring");
 	}
 	hostbuf_touch(e->workers, &ed->staging);
-	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece);
+	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece, e->pin_threads);
 	engine_time_add(&e->setup_ns, start);
 	if (r < 0) {
 		hostbuf_free(e->backend, &ed->staging);

@@ -80,7 +80,10 @@ void engine_init(struct engine *e, struct backend *b, struct workers *w,
 	e->mode = mode;
 	e->staging_bytes = staging_bytes;
 	e->pin_piece = pin_piece;
+	e->pin_threads = 1;
 	e->pin_host = pin_host;
+	pthread_mutex_init(&e->reclaim_lock, NULL);
+	pthread_cond_init(&e->reclaim_cond, NULL);
 }
 
 static void device_finish(struct engine *e, int d)
@@ -108,6 +111,10 @@ void engine_finish(struct engine *e)
 	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
 		if (e->devices[d].ready || e->devices[d].stream)
 			device_finish(e, d);
+	/* every chunk was dropped, each waiting for its unpin */
+	assert(e->reclaims_pending == 0);
+	pthread_cond_destroy(&e->reclaim_cond);
+	pthread_mutex_destroy(&e->reclaim_lock);
 }
 
 static int device_ready(struct engine *e, int d)
@@ -213,8 +220,10 @@ static void deferred_free_run(void *arg)
  * a worker thread and the host bytes fall when it is done. */
 static void host_release(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
-	struct deferred_free *job = malloc(sizeof(*job));
+	struct deferred_free *job;
 
+	engine_host_settle(e, &c->host);
+	job = malloc(sizeof(*job));
 	c->host_valid = false;
 	c->retained = false;
 	if (c->host.reclaimable) {
@@ -235,27 +244,110 @@ static void host_release(struct engine *e, struct held_bytes *held, struct chunk
 
 void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
-	size_t size = c->host.size;
-	bool counted = !c->host.reclaimable;
+	size_t size;
+	bool counted;
 
+	engine_host_settle(e, &c->host);
+	size = c->host.size;
+	counted = !c->host.reclaimable;
 	hostbuf_free(e->backend, &c->host);
 	if (counted)
 		engine_account_host(held, -(int64_t)size);
 }
 
+/* Host mode reclaimable: a chunk's unpin and MADV_FREE, on a worker. It
+ * works on a copy of the buffer (the chunk is its owner's, who waits for
+ * done before touching the buffer: engine_host_settle()). */
+struct reclaim_job {
+	struct engine *e;
+	struct hostbuf buffer;
+	struct held_bytes *held;
+	bool done; /* under e->reclaim_lock */
+};
+
+/* Unpin and hand to the kernel; a failure of MADV_FREE is said once. */
+static void reclaim_pages(struct engine *e, struct hostbuf *hb, struct held_bytes *held)
+{
+	size_t size = hb->size;
+
+	log_write(&e->log, DORMANT_LOG_DEBUG,
+		  "unpinning a %zu-byte host copy for the kernel to reclaim", size);
+	if (hostbuf_make_reclaimable(e->backend, hb) != 0 &&
+	    !atomic_exchange(&e->reclaim_warned, true))
+		log_write(&e->log, DORMANT_LOG_WARNING, "host mode reclaimable: %s",
+			  dormant_last_error());
+	/* held until unpinned; what the kernel leaves shows as LazyFree */
+	engine_account_host(held, -(int64_t)size);
+}
+
+static void reclaim_run(void *arg)
+{
+	struct reclaim_job *job = arg;
+	struct engine *e = job->e;
+
+	reclaim_pages(e, &job->buffer, job->held);
+	pthread_mutex_lock(&e->reclaim_lock);
+	job->done = true;
+	e->reclaims_pending--;
+	pthread_cond_broadcast(&e->reclaim_cond);
+	pthread_mutex_unlock(&e->reclaim_lock);
+}
+
+void engine_host_settle(struct engine *e, struct hostbuf *hb)
+{
+	struct reclaim_job *job = hb->reclaim;
+	bool done;
+
+	if (!job)
+		return;
+	pthread_mutex_lock(&e->reclaim_lock);
+	done = job->done;
+	pthread_mutex_unlock(&e->reclaim_lock);
+	if (!done) {
+		log_write(&e->log, DORMANT_LOG_DEBUG,
+			  "waiting for the unpin of a %zu-byte host copy", hb->size);
+		pthread_mutex_lock(&e->reclaim_lock);
+		while (!job->done)
+			pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
+		pthread_mutex_unlock(&e->reclaim_lock);
+	}
+	free(job);
+	hb->reclaim = NULL;
+}
+
+void engine_reclaims_wait(struct engine *e)
+{
+	pthread_mutex_lock(&e->reclaim_lock);
+	if (e->reclaims_pending)
+		log_write(&e->log, DORMANT_LOG_DEBUG, "waiting for %u host copies' unpin",
+			  e->reclaims_pending);
+	while (e->reclaims_pending)
+		pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
+	pthread_mutex_unlock(&e->reclaim_lock);
+}
+
 /* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
- * take (not counted as host memory held); the next sleep reuses it. */
+ * take (not counted as host memory held once unpinned); the next sleep
+ * reuses it. The wake does not wait for the unpin: a worker does it, and the
+ * buffer is marked reclaimable at once. */
 static void host_reclaim(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
+	struct reclaim_job *job = malloc(sizeof(*job));
+
 	c->host_valid = false;
 	c->retained = false;
-	if (hostbuf_make_reclaimable(e->backend, &c->host) < 0) {
-		log_write(&e->log, DORMANT_LOG_WARNING, "host copy freed instead: %s",
-			  dormant_last_error());
-		host_release(e, held, c);
+	if (!job) { /* here, then */
+		reclaim_pages(e, &c->host, held);
 		return;
 	}
-	engine_account_host(held, -(int64_t)c->host.size);
+	*job = (struct reclaim_job){ .e = e, .buffer = c->host, .held = held };
+	c->host.pin_piece = 0;
+	c->host.reclaimable = true;
+	c->host.reclaim = job;
+	pthread_mutex_lock(&e->reclaim_lock);
+	e->reclaims_pending++;
+	pthread_mutex_unlock(&e->reclaim_lock);
+	workers_submit(e->workers, reclaim_run, job);
 }
 
 /* A host copy no wake needs any more, as the host mode says. */

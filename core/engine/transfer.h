@@ -48,6 +48,7 @@
 #ifndef DORMANT_TRANSFER_H
 #define DORMANT_TRANSFER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -83,6 +84,7 @@ struct engine {
 	enum dormant_host_mode mode;
 	size_t staging_bytes;
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
+	unsigned pin_threads; /* threads registering one buffer's pieces at once */
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
 	bool serial_devices; /* DORMANT_PARALLEL_DEVICES=0: one device after another */
 	atomic_bool devices_stop; /* a device failed: the others stop early */
@@ -104,6 +106,12 @@ struct engine {
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
 	_Atomic uint64_t device_setups; /* devices whose streams were made */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
+	/* host mode reclaimable: unpins handed to the workers (struct
+	 * reclaim_job), not yet done; reclaim_cond says when one is */
+	pthread_mutex_t reclaim_lock;
+	pthread_cond_t reclaim_cond;
+	unsigned reclaims_pending;
+	_Atomic bool reclaim_warned; /* said once that MADV_FREE failed */
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
 };
@@ -178,8 +186,17 @@ void engine_account_device(struct engine *e, const struct chunk_owner *o, int64_
 void engine_account_host(struct held_bytes *held, int64_t delta);
 
 /* Free a chunk's host buffer now, taking it off the tag's host bytes (a
- * reclaimable one is off them already). */
+ * reclaimable one is off them already); waits for its reclaim job first. */
 void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c);
+/* Host mode reclaimable: a wake unpins its host copies on the workers
+ * (hostbuf_make_reclaimable()), marking them reclaimable at once. Wait
+ * until hb's unpin is done, if one was queued, and forget it: whoever
+ * touches a reclaimable buffer (reuses, frees) calls this first. The
+ * buffer's host bytes fall when its unpin is done (it is pinned until
+ * then). Any thread; not from a worker job. */
+void engine_host_settle(struct engine *e, struct hostbuf *hb);
+/* Wait until every queued unpin is done (a host-mode switch). */
+void engine_reclaims_wait(struct engine *e);
 /* Count disk bytes held for a tag. */
 void engine_account_disk(struct held_bytes *held, int64_t delta);
 
