@@ -16,13 +16,16 @@ int staging_ready(struct engine *e, int d)
 		return error_prefix(r, "allocating the staging ring");
 	}
 	hostbuf_touch(e->workers, &ed->staging);
-	r = hostbuf_pin(e->backend, &ed->staging, e->pin_piece, e->pin_threads);
+	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
+	/* one piece per slot: a slot's copy never spans two pinned ranges,
+	 * whatever pin_piece_bytes says */
+	r = hostbuf_pin(e->backend, &ed->staging, ed->slot_bytes, e->pin_threads);
 	engine_time_add(&e->setup_ns, start);
 	if (r < 0) {
 		hostbuf_free(e->backend, &ed->staging);
+		ed->slot_bytes = 0;
 		return error_prefix(r, "allocating the staging ring");
 	}
-	ed->slot_bytes = ed->staging.size / ENGINE_STAGING_SLOTS / 4096 * 4096;
 	atomic_fetch_add(&e->staging_held, ed->staging.size);
 	return 0;
 }
