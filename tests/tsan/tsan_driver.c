@@ -476,6 +476,54 @@ static void scenario_modes(void)
 	}
 }
 
+/* ---- reclaim: unpins on the workers against sleeps, frees, mode switches - */
+
+static void *mode_switcher(void *arg)
+{
+	struct crowd *c = arg;
+
+	/* retain and back while the last wake's unpins may still run */
+	for (unsigned i = 0; !atomic_load(&c->stop); i++) {
+		int r = dormant_set_host_mode(c->m, i % 3 ? DORMANT_HOST_RECLAIMABLE
+							  : DORMANT_HOST_RETAIN);
+
+		if (r != 0 && r != -EBUSY)
+			fail("set_host_mode: %d %s", r, dormant_last_error());
+		pause_us(3000);
+	}
+	return NULL;
+}
+
+static void scenario_reclaim(void)
+{
+	static const char *const both[] = { "weights", "grads", NULL };
+	void *(*const mains[])(void *) = { crowd_reader, crowd_freer, mode_switcher };
+	struct crowd c = { 0 };
+	pthread_t t[3];
+	void *w;
+
+	if (manager_from("backend=host,host_mode=reclaimable,chunk_bytes=4MiB,staging_bytes=8MiB,"
+			 "pin_piece_bytes=1MiB,pin_threads=4,copy_threads=2,guard_timeout_ms=5000,"
+			 "host_devices=1,host_device_bytes=256MiB",
+			 &c.m) < 0)
+		return;
+	w = alloc_filled(c.m, "weights", 12 * MiB, 31);
+	alloc_filled(c.m, "grads", 6 * MiB, 2);
+	alloc_filled(c.m, "scratch", MiB, 5);
+	for (int i = 0; i < 16; i++)
+		c.victims[i] = alloc_filled(c.m, i % 2 ? "grads" : "weights", i % 4 ? 64 * KiB : 5 * MiB,
+					    (unsigned)i);
+	for (int i = 0; i < 3; i++)
+		pthread_create(&t[i], NULL, mains[i], &c);
+	cycle(c.m, both, 10);
+	atomic_store(&c.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	if (w && !holds(c.m, w, 12 * MiB, 31))
+		fail("weights changed over the cycles");
+	dormant_destroy(c.m);
+}
+
 /* ---- warmup: the background warm-up against cycles, allocs, frees ------- */
 
 static void *warmup_caller(void *arg)
@@ -799,6 +847,7 @@ static const struct {
 	{ "policy", scenario_policy },
 	{ "torch", scenario_torch },
 	{ "modes", scenario_modes },
+	{ "reclaim", scenario_reclaim },
 	{ "warmup", scenario_warmup },
 	{ "faults", scenario_faults },
 	{ "devices", scenario_devices },
