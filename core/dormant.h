@@ -86,9 +86,11 @@ enum dormant_host_mode {
 	/* Give host memory back after each wake: leanest. */
 	DORMANT_HOST_RELEASE,
 	/* After each wake, unpin the host buffers and hand them to the kernel
-	 * as reclaimable (MADV_FREE): still in RSS until taken, shown as
-	 * LazyFree in /proc/PID/smaps, taken when memory runs short; the next
-	 * sleep reuses what the kernel left, faulting in only the rest. */
+	 * as reclaimable (MADV_FREE), on a worker thread (the wake does not
+	 * wait): still in RSS until taken, shown as LazyFree in
+	 * /proc/PID/smaps, taken when memory runs short; the next sleep waits
+	 * for the unpin and reuses what the kernel left, faulting in only the
+	 * rest. */
 	DORMANT_HOST_RECLAIMABLE,
 };
 
@@ -857,7 +859,9 @@ DORMANT_EXPORT int dormant_host_backup_read(struct dormant *m, const void *ptr, 
  * reused by the next sleep and given back by the wake after it; switched to
  * retain, the next wake keeps its copies. dormant_host_mode() and stats say
  * the new mode; dormant_option_value("host_mode") keeps the one m was
- * created with. Returns -EINVAL (another mode), -EBUSY (a transition runs).
+ * created with. Waits for the unpins the last reclaimable-mode wake left to
+ * the worker threads. Returns -EINVAL (another mode), -EBUSY (a transition
+ * runs).
  */
 DORMANT_EXPORT int dormant_set_host_mode(struct dormant *m, enum dormant_host_mode mode);
 
