@@ -255,6 +255,7 @@ Test(options, bad_values_are_refused_naming_option_and_value)
 		{ "guard_timeout_ms", "" },	{ "pin_host", "maybe" },
 		{ "pin_piece_bytes", "5000" },	{ "host_devices", "17" },
 		{ "host_devices", "0" },	{ "staging_bytes", "1MiB" },
+		{ "pin_threads", "0" },		{ "pin_threads", "33" },
 	};
 	struct dormant_options *o = options_on_host();
 	struct dormant *m;

@@ -353,15 +353,3 @@ Test(reclaim, a_pin_failing_on_one_of_several_threads_loses_nothing, .timeout = 
 	/* three chunks of four 1 MiB pieces and the odd one's: every one failed once */
 	cr_expect_gt(nth, 12, "a sleep pins more than %u pieces", nth - 1);
 }
-
-Test(reclaim, pin_threads_is_bounded)
-{
-	static const char *const bad[] = { "pin_threads=0", "pin_threads=33", "pin_threads=x" };
-	struct dormant_options *o;
-
-	cr_assert_eq(dormant_options_new(&o), 0);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_expect_lt(dormant_options_parse(o, bad[i]), 0, "%s", bad[i]);
-	cr_expect_eq(dormant_options_parse(o, "pin_threads=32"), 0);
-	dormant_options_destroy(o);
-}
