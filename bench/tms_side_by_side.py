@@ -195,6 +195,13 @@ def compare_mcore(results, target_x):
             f"{r['label']} (max loss gap {loss_gap(r, ref):.3g}, checksum "
             f"{'same' if r['digest'] == ref['digest'] else 'different'})"
             for r in ran if r["label"] in differ))
+        pair = find_run(results, "torch_memory_saver"), find_run(results, "dormant")
+        if None not in pair:
+            out["libraries_identical"] = identical(*pair)
+            lines.append("torch_memory_saver's and dormant's runs are " +
+                         ("bit-identical to each other" if identical(*pair) else
+                          f"not identical to each other either (max loss gap "
+                          f"{loss_gap(*pair):.3g})"))
     else:
         lines.append(f"every loss ({len(ref['losses'])} steps) and the checksum of every kept "
                      f"byte: bit-identical across the {len(ran)} runs that ran")

@@ -202,6 +202,20 @@ def test_a_run_that_trains_differently_fails(tmp_path, what):
     assert ("checksum different" in text) == (what == "digest")
     if what == "loss":
         assert "max loss gap 9.54e-07" in text
+    assert "not identical to each other either" in text
+    assert doc["comparison"]["libraries_identical"] is False
+
+
+def test_a_reference_alone_apart_is_told_apart(tmp_path):
+    """Both libraries agree and the reference does not: said so, and still a failure."""
+    results = [canned("torch_memory_saver", "torch_memory_saver", [5.0] * 3, [2.0] * 3),
+               canned("dormant (the switch)", "dormant", [0.5] * 3, [0.2] * 3),
+               reference(digest="ef" * 8)]
+    status, text, doc = report(tmp_path, results)
+    assert status == 1
+    assert doc["comparison"]["differ"] == ["torch_memory_saver", "dormant (the switch)"]
+    assert "runs are bit-identical to each other" in text
+    assert doc["comparison"]["libraries_identical"] is True
 
 
 def test_a_failed_run_fails_the_report_and_is_said(tmp_path):
