@@ -54,6 +54,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from rows import rss_bytes  # noqa: E402
 
+GiB = 1 << 30
+
 
 class ProgramError(Exception):
     """A reason this program cannot measure anything (said on stderr)."""
@@ -272,6 +274,11 @@ class Trainer:
         return float(loss.detach())
 
 
+def say(text):
+    """Progress on stderr: where a run that hangs stood."""
+    print(f"tms_mcore_program: {text}", file=sys.stderr, flush=True)
+
+
 def clear_memory(torch):
     """miles's clear_memory() before a sleep."""
     gc.collect()
@@ -303,12 +310,16 @@ def run(args):
     cfg = mcore.ModelConfig(layers=args.layers, hidden=args.hidden, heads=args.heads,
                             ffn=args.ffn or 4 * args.hidden, vocab=args.vocab, seq=args.seq,
                             batch=args.batch)
+    say(f"{library}: building the model ({cfg.layers} layers, hidden {cfg.hidden})")
     t0 = time.perf_counter()
     trainer = Trainer(saver, cfg)
     build_s = time.perf_counter() - t0
+    say(f"built {trainer.param_count() / 1e9:.2f} B parameters in {build_s:.1f} s; "
+        f"{len(trainer.grad_data)} grad buffers in the no-backup region")
     batches = trainer.batches()
     losses = [trainer.step(*next(batches)) for _ in range(args.steps)]
     torch.cuda.synchronize()
+    say(f"{args.steps} steps, losses {losses}")
     result = {
         "library": library,
         "hook_mode": None if args.reference else os.environ.get("BENCH_TMS_HOOK_MODE", "torch"),
@@ -328,6 +339,7 @@ def run(args):
         if not args.reference:
             clear_memory(torch)
             free_awake = torch.cuda.mem_get_info()[0]
+            say(f"cycle {len(result['cycles']) + 1}: pause()")
             t1 = time.perf_counter()
             saver.pause()
             torch.cuda.synchronize()
@@ -344,6 +356,9 @@ def run(args):
         cycle["loss"] = trainer.step(*next(batches))
         losses.append(cycle["loss"])
         result["cycles"].append(cycle)
+        say(f"cycle {len(result['cycles'])}: " + ", ".join(
+            f"{k} {v / GiB:.2f} GiB" if k.endswith("bytes") else f"{k} {v:.3f}"
+            for k, v in cycle.items()))
     torch.cuda.synchronize()
     result["losses"] = losses
     result["digest"] = digest(torch, trainer.kept_tensors())

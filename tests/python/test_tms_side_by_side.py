@@ -236,6 +236,15 @@ def test_a_failed_run_fails_the_report_and_is_said(tmp_path):
     assert status == 1 and doc["comparison"]["baseline"] == "dormant (the switch)"
 
 
+def test_a_run_past_its_timeout_says_where_it_stood():
+    rows = load("rows")
+    cmd = [sys.executable, "-I", "-S", "-c",
+           "import sys, time; print('building the model', file=sys.stderr, flush=True); "
+           "time.sleep(600)"]
+    row = rows.run_row("slow", cmd, None, 8)
+    assert row["error"] == "no result in 8 s; last said: building the model"
+
+
 # ---- the program, without a GPU -----------------------------------------------------
 
 class StandInSaver:
