@@ -18,7 +18,8 @@ each program in a process of its own:
     --torch-memory-saver;
   - torch_memory_saver: the same program on torch_memory_saver built in place
     in SRC (TMS_CUDA_MAJOR=13 python3 setup.py build_ext --inplace), hook_mode
-    "torch", with TMS_DISK_BACKUP_DIR=DIR.
+    "preload" with its LD_PRELOAD hook (its "torch" mode aborts this program),
+    with TMS_DISK_BACKUP_DIR=DIR.
 It prints a Markdown table: GB/s and seconds for write/sleep and read/wake
 (median of the cycles after the first, and the first), host memory while
 asleep (RSS above the start), whether the data came back intact. Nothing is
@@ -112,7 +113,10 @@ def tms_worker(directory, gib, cycles):
     import torch_memory_saver as package
     from torch_memory_saver import torch_memory_saver as tms
 
-    tms.hook_mode = "torch"
+    # the real torch_memory_saver in "preload" (its torch mode aborts this
+    # program: "only support interesting region" in tms_torch_free, seen on
+    # the H200); the switch in "torch"
+    tms.hook_mode = os.environ.get("BENCH_TMS_HOOK_MODE", "torch")
     tms.set_disk_backup_dir(directory)
     torch.cuda.init()
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -184,9 +188,15 @@ def main():
     rows = [("dormant API, policy disk", me + ["api"], ours),
             ("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours)]
     if args.tms_src:
-        theirs = dict(base, PYTHONPATH=os.pathsep.join(
-            [str(pathlib.Path(args.tms_src).resolve())] + path),
-            TMS_DISK_BACKUP_DIR=args.dir)
+        src = pathlib.Path(args.tms_src).resolve()
+        hooks = sorted(src.rglob("torch_memory_saver_hook_mode_preload*.so"))
+        if not hooks:
+            print(f"no torch_memory_saver_hook_mode_preload*.so under {src}: build it first",
+                  file=sys.stderr)
+            return 2
+        theirs = dict(base, PYTHONPATH=os.pathsep.join([str(src)] + path),
+                      TMS_DISK_BACKUP_DIR=args.dir, BENCH_TMS_HOOK_MODE="preload",
+                      LD_PRELOAD=str(hooks[0]))
         rows.append(("torch_memory_saver, enable_disk_backup", me + ["tms"], theirs))
     results += run_rows(rows, args.timeout_s)
     return report(results,
