@@ -167,8 +167,14 @@ def main():
     ap.add_argument("--tms-src", help="torch_memory_saver built in place (row left out without)")
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--timeout-s", type=int, default=600, help="per program")
+    ap.add_argument("--rows", default="dd,api,switch,tms",
+                    help="which rows, comma-separated: dd, api, switch, tms (default all)")
     ap.add_argument("--worker", choices=("api", "tms"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
+    unknown = wanted - {"dd", "api", "switch", "tms"}
+    if unknown or not wanted:
+        ap.error(f"--rows takes dd, api, switch, tms; not {','.join(sorted(unknown)) or 'nothing'}")
     if args.worker == "api":
         api_worker(args.dir, args.gib, args.cycles)
         return 0
@@ -183,11 +189,16 @@ def main():
     path = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
     ours = dict(base, PYTHONPATH=os.pathsep.join([str(REPO / "python")] + path))
     switch = [sys.executable, "-m", "dormant.run", "--torch-memory-saver", "--"]
-    results = [dd_row(args.dir, args.gib, args.cycles)]
-    print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
-    rows = [("dormant API, policy disk", me + ["api"], ours),
-            ("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours)]
-    if args.tms_src:
+    results = []
+    if "dd" in wanted:
+        results.append(dd_row(args.dir, args.gib, args.cycles))
+        print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
+    rows = []
+    if "api" in wanted:
+        rows.append(("dormant API, policy disk", me + ["api"], ours))
+    if "switch" in wanted:
+        rows.append(("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours))
+    if args.tms_src and "tms" in wanted:
         src = pathlib.Path(args.tms_src).resolve()
         hooks = sorted(src.rglob("torch_memory_saver_hook_mode_preload*.so"))
         if not hooks:
