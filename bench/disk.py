@@ -18,7 +18,8 @@ each program in a process of its own:
     --torch-memory-saver;
   - torch_memory_saver: the same program on torch_memory_saver built in place
     in SRC (TMS_CUDA_MAJOR=13 python3 setup.py build_ext --inplace), hook_mode
-    "torch", with TMS_DISK_BACKUP_DIR=DIR.
+    "preload" with its LD_PRELOAD hook (its "torch" mode aborts this program),
+    with TMS_DISK_BACKUP_DIR=DIR.
 It prints a Markdown table: GB/s and seconds for write/sleep and read/wake
 (median of the cycles after the first, and the first), host memory while
 asleep (RSS above the start), whether the data came back intact. Nothing is
@@ -112,7 +113,10 @@ def tms_worker(directory, gib, cycles):
     import torch_memory_saver as package
     from torch_memory_saver import torch_memory_saver as tms
 
-    tms.hook_mode = "torch"
+    # the real torch_memory_saver in "preload" (its torch mode aborts this
+    # program: "only support interesting region" in tms_torch_free, seen on
+    # the H200); the switch in "torch"
+    tms.hook_mode = os.environ.get("BENCH_TMS_HOOK_MODE", "torch")
     tms.set_disk_backup_dir(directory)
     torch.cuda.init()
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -163,8 +167,14 @@ def main():
     ap.add_argument("--tms-src", help="torch_memory_saver built in place (row left out without)")
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--timeout-s", type=int, default=600, help="per program")
+    ap.add_argument("--rows", default="dd,api,switch,tms",
+                    help="which rows, comma-separated: dd, api, switch, tms (default all)")
     ap.add_argument("--worker", choices=("api", "tms"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
+    unknown = wanted - {"dd", "api", "switch", "tms"}
+    if unknown or not wanted:
+        ap.error(f"--rows takes dd, api, switch, tms; not {','.join(sorted(unknown)) or 'nothing'}")
     if args.worker == "api":
         api_worker(args.dir, args.gib, args.cycles)
         return 0
@@ -179,14 +189,25 @@ def main():
     path = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
     ours = dict(base, PYTHONPATH=os.pathsep.join([str(REPO / "python")] + path))
     switch = [sys.executable, "-m", "dormant.run", "--torch-memory-saver", "--"]
-    results = [dd_row(args.dir, args.gib, args.cycles)]
-    print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
-    rows = [("dormant API, policy disk", me + ["api"], ours),
-            ("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours)]
-    if args.tms_src:
-        theirs = dict(base, PYTHONPATH=os.pathsep.join(
-            [str(pathlib.Path(args.tms_src).resolve())] + path),
-            TMS_DISK_BACKUP_DIR=args.dir)
+    results = []
+    if "dd" in wanted:
+        results.append(dd_row(args.dir, args.gib, args.cycles))
+        print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
+    rows = []
+    if "api" in wanted:
+        rows.append(("dormant API, policy disk", me + ["api"], ours))
+    if "switch" in wanted:
+        rows.append(("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours))
+    if args.tms_src and "tms" in wanted:
+        src = pathlib.Path(args.tms_src).resolve()
+        hooks = sorted(src.rglob("torch_memory_saver_hook_mode_preload*.so"))
+        if not hooks:
+            print(f"no torch_memory_saver_hook_mode_preload*.so under {src}: build it first",
+                  file=sys.stderr)
+            return 2
+        theirs = dict(base, PYTHONPATH=os.pathsep.join([str(src)] + path),
+                      TMS_DISK_BACKUP_DIR=args.dir, BENCH_TMS_HOOK_MODE="preload",
+                      LD_PRELOAD=str(hooks[0]))
         rows.append(("torch_memory_saver, enable_disk_backup", me + ["tms"], theirs))
     results += run_rows(rows, args.timeout_s)
     return report(results,

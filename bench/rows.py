@@ -20,12 +20,19 @@ def rss_bytes():
 
 def run_row(label, cmd, env, timeout):
     """Run one row's program: its RESULT as a dict with "label" and "wall_s",
-    or {"label", "error"} when it failed, printed nothing or ran past timeout."""
+    or {"label", "error"} when it failed, printed nothing or ran past timeout
+    (the error ends with the last lines it printed)."""
     t0 = time.monotonic()
     try:
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"label": label, "error": f"no result in {timeout} s"}
+    except subprocess.TimeoutExpired as e:
+        # what it printed before it was killed says where it stood
+        said = e.stderr or e.stdout or ""
+        if isinstance(said, bytes):
+            said = said.decode(errors="replace")
+        tail = said.strip().splitlines()[-3:]
+        return {"label": label, "error": f"no result in {timeout} s" +
+                ("; last said: " + " | ".join(tail) if tail else "")}
     line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
     if r.returncode != 0 or line is None:
         tail = (r.stderr or r.stdout).strip().splitlines()[-6:]

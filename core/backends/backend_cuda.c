@@ -154,16 +154,9 @@ static void cuda_destroy(struct backend *b)
 	struct cuda_backend *c = cuda(b);
 
 	for (int d = 0; d < c->device_count; d++) {
-		struct cuda_checksum *ck = &c->checksum[d];
-		CUcontext saved;
-
-		if (ck->module && context_enter(c, d, &saved) == 0) {
-			c->api.cuModuleUnload(ck->module);
-			context_leave(c, saved);
-		}
-		pthread_mutex_destroy(&ck->lock);
+		cuda_kernel_unload(c, d, &c->checksum[d]);
+		cuda_kernel_unload(c, d, &c->copy[d]);
 	}
-	cuda_copy_unload(c);
 	for (int d = 0; d < c->device_count; d++)
 		if (atomic_load(&c->contexts[d]))
 			c->api.cuDevicePrimaryCtxRelease(c->devices[d]);
@@ -592,8 +585,8 @@ int backend_cuda_new(const struct backend_config *config, struct backend **ret)
 	}
 	pthread_mutex_init(&c->lock, NULL);
 	for (int d = 0; d < c->device_count; d++) {
-		pthread_mutex_init(&c->checksum[d].lock, NULL);
-		pthread_mutex_init(&c->copy[d].lock, NULL);
+		cuda_kernel_init(&c->checksum[d]);
+		cuda_kernel_init(&c->copy[d]);
 	}
 	c->base.ops = &cuda_ops;
 	c->base.log = config->log;

@@ -61,25 +61,23 @@ struct cuda_api {
 	CUDA_FN(cuDeviceGetAttribute);
 };
 
-/* A device's checksum kernel, loaded on first use. */
-struct cuda_checksum {
+/* One of our kernels in one device's context, loaded on first use
+ * (backend_cuda_kernel.c). */
+struct cuda_kernel {
 	pthread_mutex_t lock;
 	bool tried;
 	int error; /* loading failed: -ENOTSUP, message kept */
 	char message[DORMANT_ERROR_MAX];
 	CUmodule module;
-	CUfunction kernel;
+	CUfunction function;
 };
 
-/* A device's copy kernel, loaded on first use (backend_cuda_copy.c). */
-struct cuda_copy {
-	pthread_mutex_t lock;
-	bool tried;
-	int error; /* loading failed: -ENOTSUP, message kept */
-	char message[DORMANT_ERROR_MAX];
-	CUmodule module;
-	CUfunction kernel;
-	unsigned blocks; /* most blocks per launch: two per SM */
+/* Where a kernel comes from. */
+struct cuda_kernel_source {
+	const char *ptx;     /* embedded PTX */
+	const char *name;    /* the function */
+	const char *what;    /* for messages: "checksum kernel" */
+	const char *ptx_env; /* an environment variable naming a PTX file to load instead, or NULL */
 };
 
 struct cuda_backend {
@@ -89,8 +87,8 @@ struct cuda_backend {
 	pthread_mutex_t lock; /* guards contexts[] creation */
 	CUdevice devices[DORMANT_DEVICES_MAX];
 	_Atomic(CUcontext) contexts[DORMANT_DEVICES_MAX];
-	struct cuda_checksum checksum[DORMANT_DEVICES_MAX];
-	struct cuda_copy copy[DORMANT_DEVICES_MAX];
+	struct cuda_kernel checksum[DORMANT_DEVICES_MAX];
+	struct cuda_kernel copy[DORMANT_DEVICES_MAX];
 };
 
 static inline struct cuda_backend *cuda(struct backend *b)
@@ -106,6 +104,14 @@ int cuda_result(struct cuda_backend *c, CUresult result, const char *call);
 int context_enter(struct cuda_backend *c, int device, CUcontext *saved);
 void context_leave(struct cuda_backend *c, CUcontext saved);
 
+/* k's function, loaded from src into the current context (device's) on the
+ * first call; -ENOTSUP (the first failure's message) when that failed. */
+int cuda_kernel_get(struct cuda_backend *c, struct cuda_kernel *k,
+		    const struct cuda_kernel_source *src, CUfunction *ret);
+void cuda_kernel_init(struct cuda_kernel *k);
+/* Unload it from device's context; k is done with. */
+void cuda_kernel_unload(struct cuda_backend *c, int device, struct cuda_kernel *k);
+
 /* The checksum ops (backend.h), in backend_cuda_checksum.c. */
 int cuda_checksum(struct backend *b, int device, const struct checksum_range *ranges,
 		  size_t count, void *stream, struct checksum *out);
@@ -119,6 +125,5 @@ int cuda_checksum_prepare(struct backend *b, int device);
 /* The copy kernel's op (backend.h), in backend_cuda_copy.c. */
 int cuda_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, const void *src,
 			       size_t size, void *stream);
-void cuda_copy_unload(struct cuda_backend *c);
 
 #endif

@@ -17,56 +17,12 @@
 
 /* $DORMANT_CHECKSUM_PTX names a PTX file to load instead of the embedded one
  * (a test tool: the GPU suite runs a fresh nvcc build this way). */
-static char *ptx_read(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	long size;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-	    (text = malloc((size_t)size + 1)) && fread(text, 1, (size_t)size, f) == (size_t)size)
-		text[size] = '\0';
-	else {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
-/* Load the kernel into the device's context (current). Called with ck->lock. */
-static int checksum_load(struct cuda_backend *c, struct cuda_checksum *ck)
-{
-	const char *path = getenv("DORMANT_CHECKSUM_PTX");
-	char *text = NULL;
-	int r;
-
-	ck->tried = true;
-	if (path && *path) {
-		text = ptx_read(path);
-		if (!text) {
-			r = error_set(-ENOTSUP, "cannot read $DORMANT_CHECKSUM_PTX (%s)", path);
-			goto fail;
-		}
-	}
-	r = CALL(c, cuModuleLoadData, &ck->module, text ? text : dormant_checksum_ptx);
-	free(text);
-	if (r == 0)
-		r = CALL(c, cuModuleGetFunction, &ck->kernel, ck->module, CHECKSUM_KERNEL);
-	if (r == 0)
-		return 0;
-	error_prefix(r, "loading the checksum kernel");
-	r = -ENOTSUP;
-fail:
-	if (ck->module)
-		c->api.cuModuleUnload(ck->module);
-	ck->module = NULL;
-	ck->error = r;
-	snprintf(ck->message, sizeof(ck->message), "%s", dormant_last_error());
-	return r;
-}
+static const struct cuda_kernel_source checksum_source = {
+	.ptx = dormant_checksum_ptx,
+	.name = CHECKSUM_KERNEL,
+	.what = "checksum kernel",
+	.ptx_env = "DORMANT_CHECKSUM_PTX",
+};
 
 /* As the kernel reads it: struct range of kernels/checksum.cu. */
 struct kernel_range {
@@ -105,17 +61,7 @@ static void job_free(struct cuda_backend *c, struct cuda_job *job)
 /* The device's kernel, loaded on first use (context current). */
 static int kernel_get(struct cuda_backend *c, int device, CUfunction *ret)
 {
-	struct cuda_checksum *ck = &c->checksum[device];
-	int r = 0;
-
-	pthread_mutex_lock(&ck->lock);
-	if (!ck->tried)
-		r = checksum_load(c, ck);
-	else if (ck->error)
-		r = error_set(ck->error, "%s", ck->message);
-	*ret = ck->kernel;
-	pthread_mutex_unlock(&ck->lock);
-	return r;
+	return cuda_kernel_get(c, &c->checksum[device], &checksum_source, ret);
 }
 
 /* With the device's context current. */

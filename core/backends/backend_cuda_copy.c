@@ -23,48 +23,24 @@
 
 extern const char dormant_copy_ptx[];
 
-/* Load the kernel into the device's context (current). Called with cp->lock. */
-static int copy_load(struct cuda_backend *c, int device, struct cuda_copy *cp)
-{
-	int sms = 0, r;
+static const struct cuda_kernel_source copy_source = {
+	.ptx = dormant_copy_ptx,
+	.name = COPY_KERNEL,
+	.what = "copy kernel",
+};
 
-	cp->tried = true;
-	r = CALL(c, cuModuleLoadData, &cp->module, dormant_copy_ptx);
-	if (r == 0)
-		r = CALL(c, cuModuleGetFunction, &cp->kernel, cp->module, COPY_KERNEL);
-	if (r == 0)
-		r = CALL(c, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-			 c->devices[device]);
-	if (r == 0) {
-		/* two blocks of 1024 threads fill an SM (2048 threads) */
-		cp->blocks = (unsigned)(sms > 0 ? 2 * sms : 2);
-		return 0;
-	}
-	error_prefix(r, "loading the copy kernel");
-	r = -ENOTSUP;
-	if (cp->module)
-		c->api.cuModuleUnload(cp->module);
-	cp->module = NULL;
-	cp->error = r;
-	snprintf(cp->message, sizeof(cp->message), "%s", dormant_last_error());
-	return r;
-}
-
-/* The device's kernel, loaded on first use (context current). */
+/* The device's kernel, loaded on first use (context current), and the most
+ * blocks a launch takes: two per SM (two blocks of 1024 threads fill one). */
 static int kernel_get(struct cuda_backend *c, int device, CUfunction *ret_kernel,
 		      unsigned *ret_blocks)
 {
-	struct cuda_copy *cp = &c->copy[device];
-	int r = 0;
+	int sms = 0;
+	int r = cuda_kernel_get(c, &c->copy[device], &copy_source, ret_kernel);
 
-	pthread_mutex_lock(&cp->lock);
-	if (!cp->tried)
-		r = copy_load(c, device, cp);
-	else if (cp->error)
-		r = error_set(cp->error, "%s", cp->message);
-	*ret_kernel = cp->kernel;
-	*ret_blocks = cp->blocks;
-	pthread_mutex_unlock(&cp->lock);
+	if (r == 0)
+		r = CALL(c, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+			 c->devices[device]);
+	*ret_blocks = (unsigned)(sms > 0 ? 2 * sms : 2);
 	return r;
 }
 
@@ -111,20 +87,6 @@ int cuda_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, con
 out:
 	context_leave(c, saved);
 	return r;
-}
-
-void cuda_copy_unload(struct cuda_backend *c)
-{
-	for (int d = 0; d < c->device_count; d++) {
-		struct cuda_copy *cp = &c->copy[d];
-		CUcontext saved;
-
-		if (cp->module && context_enter(c, d, &saved) == 0) {
-			c->api.cuModuleUnload(cp->module);
-			context_leave(c, saved);
-		}
-		pthread_mutex_destroy(&cp->lock);
-	}
 }
 
 #endif /* HAVE_CUDA_H */

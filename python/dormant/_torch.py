@@ -29,6 +29,18 @@ use alone). Manager(empty_cache_on_sleep=False) or
 DORMANT_TORCH_EMPTY_CACHE=0 turns it off (the next step then allocates
 without a cudaMalloc).
 
+The hook also gives back PyTorch's cuBLAS and cuBLASLt workspaces
+(torch._C._cuda_clearCublasWorkspaces()) before emptying the cache: PyTorch
+keeps one per handle and stream, in use, outside dormant's pools (a trainer's
+forward thread and autograd's backward thread: 2 x 32 MiB on the H200), and
+the next matmul makes them again. A CUDA graph captured with a cuBLAS call can
+hold a workspace's address (PyTorch issue 193402), so Manager(
+clear_cublas_on_sleep=None), the default ("auto", or $DORMANT_TORCH_CLEAR_CUBLAS
+auto/1/0), clears them only while no graph has been captured: none through
+torch.cuda.CUDAGraph.capture_begin since this module was imported (it wraps
+that method to notice) and no dormant graph pool (cuda_graph()). True clears
+them always, False never.
+
 Imported by Manager.region() only: importing dormant does not import torch.
 """
 import contextlib
@@ -53,6 +65,30 @@ MARK_MIN_BYTES = 64 << 10
 _global_lock = threading.Lock()
 _allocator = None     # one CUDAPluggableAllocator per process
 _attached = None      # weakref to the Manager behind dormant_torch_malloc()
+_graphs_captured = 0  # CUDA graph captures begun since this module was imported
+
+
+def _watch_graph_captures():
+    """Count the CUDA graph captures begun through torch.cuda.CUDAGraph (what
+    torch.cuda.graph, make_graphed_callables and Inductor's CUDA graph trees
+    call): a graph may hold a cuBLAS workspace's address, which must then stay.
+    Once per process."""
+    graph = getattr(torch.cuda, "CUDAGraph", None)
+    begin = getattr(graph, "capture_begin", None)
+    if begin is None or getattr(begin, "_dormant_watch", False):
+        return
+
+    def capture_begin(self, *args, **kwargs):
+        global _graphs_captured
+        _graphs_captured += 1
+        return begin(self, *args, **kwargs)
+
+    capture_begin._dormant_watch = True
+    capture_begin.__doc__ = begin.__doc__
+    graph.capture_begin = capture_begin
+
+
+_watch_graph_captures()
 
 
 # dormant_set_thread_policy() values (core/dormant.h).
@@ -92,6 +128,7 @@ class TorchGlue:
         self.hook_id = None           # the before-sleep hook, once a region was used
         self.marks_total = {"sleeps": 0, "blocks": 0, "bytes": 0, "seconds": 0.0}
         self.marks_last = None
+        self.cublas_last = None       # what the last sleep did with cuBLAS's workspaces
 
     # ---- process-wide set-up --------------------------------------------
 
@@ -149,6 +186,7 @@ class TorchGlue:
         emptying the cache are only savings); a failure is logged and the
         rest copied whole."""
         if self.manager.empty_cache_on_sleep:
+            self.clear_cublas_workspaces()
             try:
                 torch.cuda.empty_cache()
             except Exception:
@@ -171,6 +209,36 @@ class TorchGlue:
             t["blocks"] += blocks
             t["bytes"] += nbytes
             t["seconds"] += seconds
+
+    def may_clear_cublas(self):
+        """(whether this sleep gives back the cuBLAS workspaces, why not)."""
+        choice = self.manager.clear_cublas_on_sleep
+        if choice is not None:
+            return bool(choice), None if choice else "clear_cublas_on_sleep is off"
+        if _graphs_captured:
+            return False, f"{_graphs_captured} CUDA graph capture(s) in this process"
+        with self.lock:
+            if any(kind == "graph" for (_, _, _, kind) in self.policy_pools):
+                return False, "a CUDA graph pool (cuda_graph())"
+        return True, None
+
+    def clear_cublas_workspaces(self):
+        """Give back PyTorch's cuBLAS workspaces where may_clear_cublas()
+        allows; never fails the sleep."""
+        clear = getattr(getattr(torch, "_C", None), "_cuda_clearCublasWorkspaces", None)
+        allowed, why = self.may_clear_cublas()
+        with self.lock:
+            self.cublas_last = why if not allowed else ("cleared" if clear else
+                                                       "this PyTorch cannot clear them")
+        if not allowed or clear is None:
+            return
+        try:
+            clear()
+        except Exception:
+            log.warning("dormant: clearing PyTorch's cuBLAS workspaces failed before a "
+                        "sleep; they stay on the device", exc_info=True)
+            with self.lock:
+                self.cublas_last = "failed"
 
     def sleeping_tags(self):
         """The awake tags this sleep may cover: those named, for a sleep from

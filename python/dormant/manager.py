@@ -107,6 +107,16 @@ def options() -> List[Dict[str, Any]]:
     return _library.get().options()
 
 
+def _tristate_env(name):
+    """$name as None (unset, empty or "auto"), True ("1") or False ("0")."""
+    text = os.environ.get(name, "").strip().lower()
+    if text in ("", "auto"):
+        return None
+    if text in ("1", "0"):
+        return text == "1"
+    raise InvalidArgumentError(f"${name} must be auto, 1 or 0, not {text!r}", errno.EINVAL)
+
+
 def _policy_value(policy):
     if isinstance(policy, str) and policy in _library.POLICIES:
         return _library.POLICIES[policy]
@@ -188,6 +198,13 @@ class Manager:
             outside dormant's pools (torch.cuda.empty_cache()), so that a
             sleeping trainer leaves no cached memory behind. False keeps
             them; the attribute of the same name can change it later.
+        clear_cublas_on_sleep: with empty_cache_on_sleep, also give back
+            PyTorch's cuBLAS workspaces (32 MiB per thread and stream that
+            ran a matmul; the next matmul makes them again). None (the
+            default, else $DORMANT_TORCH_CLEAR_CUBLAS: auto, 1 or 0):
+            only while the process has captured no CUDA graph, which may
+            hold a workspace's address. True always, False never; the
+            attribute of the same name can change it later.
         nccl: what sleeps do with the process's NCCL communicators: "auto"
             (the default, else $DORMANT_NCCL): suspend them after the
             copies and resume them before the rebuilds (NCCL 2.29.7+);
@@ -208,7 +225,8 @@ class Manager:
     _comms: Any
 
     def __init__(self, *, log: Any = None, mark_free_blocks: bool = True,
-                 empty_cache_on_sleep: Optional[bool] = None, nccl: Optional[str] = None,
+                 empty_cache_on_sleep: Optional[bool] = None,
+                 clear_cublas_on_sleep: Optional[bool] = None, nccl: Optional[str] = None,
                  nccl_timeout_s: Optional[float] = None, **options: Any) -> None:
         self._init_state()
         from . import nccl as _nccl  # standard library only; torch is never imported
@@ -217,6 +235,8 @@ class Manager:
         self.mark_free_blocks = bool(mark_free_blocks)
         if empty_cache_on_sleep is not None:
             self.empty_cache_on_sleep = bool(empty_cache_on_sleep)
+        if clear_cublas_on_sleep is not None:
+            self.clear_cublas_on_sleep = bool(clear_cublas_on_sleep)
         texts = [(name, _option_text(name, value)) for name, value in options.items()]
         self._log_callback = self._make_log_callback(log)
         lib = self._lib
@@ -254,6 +274,7 @@ class Manager:
         self._comms = None          # dormant.nccl.Communicators
         self.mark_free_blocks = True
         self.empty_cache_on_sleep = os.environ.get("DORMANT_TORCH_EMPTY_CACHE", "1") != "0"
+        self.clear_cublas_on_sleep = _tristate_env("DORMANT_TORCH_CLEAR_CUBLAS")
 
     @classmethod
     def _attach(cls, handle):

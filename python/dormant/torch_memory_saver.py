@@ -49,8 +49,10 @@ How the calls map:
     than the margin raises dormant.OutOfMemoryError before it maps
     anything (retry it later).
   - cpu_backup_backend "mmap" (or TMS_INIT_CPU_BACKUP_BACKEND=mmap): dormant
-    pins its host copies itself; resume() returns once the host copies it no
-    longer needs are back with the operating system.
+    pins its host copies itself. With either backend resume() returns once
+    the host copies it no longer needs are back with the operating system,
+    as torch_memory_saver's do (release mode; dormant's own wake returns
+    first and frees them on worker threads).
   - _impl._binary_wrapper.cdll: torch_memory_saver's C ABI (tms_* functions),
     implemented by libdormant-preload.so (preload/tms.c).
   - enable_disk_backup, set_disk_backup_dir(), TMS_DISK_BACKUP_DIR,
@@ -309,7 +311,6 @@ class TorchMemorySaver:
         self._requested_mode: Optional[str] = None
         self._mode: Optional[str] = None
         self._margin_bytes = 0
-        self._mmap_used = False   # cpu_backup_backend "mmap" chosen: resume waits for the host
         self._impl_object: Any = None
         self._lock = threading.Lock()
 
@@ -338,8 +339,6 @@ class TorchMemorySaver:
                 mode = "torch"
             if _env_true("TMS_RETAIN_CPU_BACKUP"):
                 self._set_retain(True)
-            if os.environ.get("TMS_INIT_CPU_BACKUP_BACKEND") == "mmap":
-                self._mmap_used = True
             backup = os.environ.get("TMS_INIT_ENABLE_CPU_BACKUP")
             if mode == "preload" and backup in ("0", "1"):
                 # torch_memory_saver's choice for memory outside every region
@@ -374,10 +373,9 @@ class TorchMemorySaver:
                 raise InvalidArgumentError(
                     f'cpu_backup_backend must be "pinned" or "mmap", not {cpu_backup_backend!r}',
                     errno.EINVAL)
-            if cpu_backup_backend == "mmap":
-                # dormant pins its host copies itself; what mmap promises is
-                # the memory back with the system when resume() returns
-                self._mmap_used = True
+            # "mmap": dormant pins its host copies itself; what mmap promises
+            # (the memory back with the system when resume() returns) every
+            # resume() here does
         if enable_cpu_backup and enable_disk_backup:
             raise InvalidArgumentError(
                 "enable_cpu_backup and enable_disk_backup are mutually exclusive", errno.EINVAL)
@@ -399,8 +397,6 @@ class TorchMemorySaver:
         backend = ""
         if enable_cpu_backup:
             backend = cpu_backup_backend or os.environ.get("TMS_INIT_CPU_BACKUP_BACKEND") or "pinned"
-            if backend == "mmap":
-                self._mmap_used = True
         impl = self._impl_object
         # The C configuration first: it saves the thread's as it stands, and
         # once route() has set the thread's policy, tms_get_enable_cpu_backup()
@@ -511,8 +507,7 @@ class TorchMemorySaver:
         if self._margin_bytes:
             self._check_margin(tag)
         report = self._transition("wake", tag)
-        if self._mmap_used:
-            self._settle_host(tag)
+        self._settle_host(tag)
         return report
 
     def _selected(self, tag):
@@ -536,7 +531,11 @@ class TorchMemorySaver:
     def _settle_host(self, tag, timeout_s=60.0):
         """Wait until the host copies the wake gave back (release mode frees
         them on worker threads) are back with the operating system, as
-        torch_memory_saver's mmap backend has them when resume() returns."""
+        torch_memory_saver has them when resume() returns (cudaFreeHost, or
+        munmap for its mmap backend). Their pinning also holds device memory
+        (the GPU's page tables for them: about 20 MB per 9 GB on the H200),
+        which torch_memory_saver's test_training_engine sees go away after a
+        resume that returned at once."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             stats, tags = self._selected(tag)

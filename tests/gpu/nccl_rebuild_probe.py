@@ -42,6 +42,15 @@ def holders(obj, skip, depth=2):
     return out
 
 
+def coalesced(dist, group):
+    """What Megatron's start_grad_sync does: reduce_scatter_tensor in a
+    _coalescing_manager."""
+    inp = torch.ones(64, device="cuda")
+    out = torch.empty(64 // dist.get_world_size(group), device="cuda")
+    with dist._coalescing_manager(group, async_ops=False):
+        dist.reduce_scatter_tensor(out, inp, group=group)
+
+
 def main():
     mcore.add_megatron_to_path()
     mcore.deterministic()
@@ -72,6 +81,37 @@ def main():
         h = holders(pg, skip)
         if h:
             print(f"destroyed group still referenced: {h}")
+    # the group Megatron's grad sync uses: new, old, WORLD? does it work?
+    import torch.distributed as dist
+    world = dist.distributed_c10d._get_default_group()
+    for i, bg in enumerate(getattr(t.model, "bucket_groups", [])[:2]):
+        for attr in ("intra_distributed_optimizer_instance_group", "data_parallel_group"):
+            g = getattr(bg, attr, None)
+            if g is None:
+                continue
+            where = ("WORLD" if g is world else "new" if id(g) in new else
+                     "destroyed" if any(g is o for o in old) else "unknown")
+            try:
+                name = dist.distributed_c10d._get_process_group_name(g)
+            except Exception as e:  # noqa: BLE001
+                name = f"? ({type(e).__name__})"
+            print(f"bucket group {i}.{attr}: {where}, name {name}, "
+                  f"ranks {dist.get_process_group_ranks(g)}")
+            for what, fn in (("all_reduce", lambda: dist.all_reduce(
+                    torch.ones(8, device="cuda"), group=g)),
+                    ("reduce_scatter coalesced", lambda: coalesced(dist, g))):
+                try:
+                    fn()
+                    torch.cuda.synchronize()
+                    print(f"  {what}: ok")
+                except Exception as e:  # noqa: BLE001
+                    print(f"  {what}: {type(e).__name__}: {str(e)[:200]}")
+    try:
+        dist.all_reduce(torch.ones(8, device="cuda"))
+        torch.cuda.synchronize()
+        print("WORLD all_reduce: ok")
+    except Exception as e:  # noqa: BLE001
+        print(f"WORLD all_reduce: {type(e).__name__}: {str(e)[:200]}")
     try:
         for _ in range(2):
             x, y = next(batches)

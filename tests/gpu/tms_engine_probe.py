@@ -17,6 +17,7 @@ import time
 from functools import reduce
 
 import torch
+import torch_memory_saver as tms_package
 from torch_memory_saver import torch_memory_saver
 
 MB = 1e6
@@ -77,7 +78,7 @@ def child():
 def main():
     """As the suite runs it: a spawned child under configure_subprocess()."""
     import multiprocessing
-    with torch_memory_saver.configure_subprocess():
+    with tms_package.configure_subprocess():
         proc = multiprocessing.get_context("spawn").Process(target=child)
         proc.start()
         proc.join()

@@ -66,8 +66,14 @@ class FakeTorch(types.ModuleType):
 
         self.calls = []   # empty_cache() calls, in order with other events
 
+        class CUDAGraph:
+            def capture_begin(self, pool=None):
+                fake.calls.append("capture_begin")
+
+        self._C = types.SimpleNamespace(
+            _cuda_clearCublasWorkspaces=lambda: self.calls.append("clear_cublas"))
         self.cuda = types.SimpleNamespace(
-            empty_cache=lambda: self.calls.append("empty_cache"),
+            empty_cache=lambda: self.calls.append("empty_cache"), CUDAGraph=CUDAGraph,
             is_available=lambda: True, current_device=lambda: 0, device=device,
             MemPool=MemPool, use_mem_pool=use_mem_pool, OutOfMemoryError=MemoryError,
             memory=types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator))
@@ -280,7 +286,7 @@ def test_sleep_gives_back_pytorchs_cache_by_default(glue):
     real = mgr._torch.mark_free_blocks
     mgr._torch.mark_free_blocks = lambda tags: (fake.calls.append("mark"), real(tags))[1]
     mgr.sleep()
-    assert fake.calls == ["empty_cache", "mark"]
+    assert fake.calls == ["clear_cublas", "empty_cache", "mark"]
     mgr.wake()
     server = mgr.serve()
     try:
@@ -289,7 +295,7 @@ def test_sleep_gives_back_pytorchs_cache_by_default(glue):
                                                       method="POST"), timeout=30).read()
     finally:
         server.stop()
-    assert fake.calls == ["empty_cache", "mark", "empty_cache", "mark"]
+    assert fake.calls == ["clear_cublas", "empty_cache", "mark"] * 2
     mgr.wake()
     mgr.free(ptr)
 
@@ -301,7 +307,7 @@ def test_empty_cache_on_sleep_opt_out(glue, monkeypatch):
     mgr.empty_cache_on_sleep = False
     mgr.sleep()
     mgr.wake()
-    assert "empty_cache" not in fake.calls
+    assert "empty_cache" not in fake.calls and "clear_cublas" not in fake.calls
     mgr.free(ptr)
     monkeypatch.setenv("DORMANT_TORCH_EMPTY_CACHE", "0")
     other = dormant.Manager.__new__(dormant.Manager)
@@ -310,6 +316,59 @@ def test_empty_cache_on_sleep_opt_out(glue, monkeypatch):
     monkeypatch.delenv("DORMANT_TORCH_EMPTY_CACHE")
     other._init_state()
     assert other.empty_cache_on_sleep is True
+
+
+def test_cublas_workspaces_stay_once_a_cuda_graph_was_captured(glue):
+    """A graph may hold a cuBLAS workspace's address (PyTorch issue 193402):
+    auto clears the workspaces until the first capture, then never; True
+    clears them anyway, False never."""
+    fake, mgr, module = glue
+    assert mgr.clear_cublas_on_sleep is None  # auto
+    with mgr.region("weights"):
+        _, ptr = fake.alloc(MiB)
+    mgr.sleep()
+    mgr.wake()
+    assert fake.calls.count("clear_cublas") == 1
+    assert mgr._torch.cublas_last == "cleared"
+    fake.cuda.CUDAGraph().capture_begin()   # through the wrapped method
+    assert fake.calls[-1] == "capture_begin"
+    mgr.sleep()
+    mgr.wake()
+    assert fake.calls.count("clear_cublas") == 1
+    assert "CUDA graph" in mgr._torch.cublas_last
+    mgr.clear_cublas_on_sleep = True
+    mgr.sleep()
+    mgr.wake()
+    assert fake.calls.count("clear_cublas") == 2
+    mgr.clear_cublas_on_sleep = False
+    module._graphs_captured = 0
+    mgr.sleep()
+    mgr.wake()
+    assert fake.calls.count("clear_cublas") == 2
+    mgr.free(ptr)
+
+
+def test_cublas_workspaces_stay_beside_a_dormant_graph_pool(glue):
+    fake, mgr, module = glue
+    with mgr.region("weights"):
+        _, ptr = fake.alloc(MiB)
+    mgr._torch.policy_pools[("weights", 0, 0, "graph")] = object()
+    assert module._graphs_captured == 0
+    mgr.sleep()
+    mgr.wake()
+    assert "clear_cublas" not in fake.calls and "empty_cache" in fake.calls
+    mgr.free(ptr)
+
+
+def test_clear_cublas_env(monkeypatch):
+    other = dormant.Manager.__new__(dormant.Manager)
+    for text, want in (("", None), ("auto", None), ("1", True), ("0", False)):
+        monkeypatch.setenv("DORMANT_TORCH_CLEAR_CUBLAS", text)
+        other._init_state()
+        assert other.clear_cublas_on_sleep is want
+    monkeypatch.setenv("DORMANT_TORCH_CLEAR_CUBLAS", "yes")
+    with pytest.raises(dormant.InvalidArgumentError, match="auto, 1 or 0"):
+        other._init_state()
 
 
 def test_empty_cache_failure_does_not_cancel_the_sleep(glue):
