@@ -4,12 +4,15 @@
  * (extent.h), faulted in and pinned before its copies are queued. Host
  * copies are pinned so that the copy engine moves them at full speed, both
  * ways. A fresh buffer must be faulted in (per-core work, spread over
- * the workers) and registered (a driver call that does not run in parallel
- * with itself); together they are the slow part of a first sleep. So two
- * threads run ahead of the copies: one faults in the buffers of the next
- * chunks, the other registers those already faulted in, and the copies of
- * earlier chunks run meanwhile. When registering fails, the copy stays in
- * ordinary memory and goes through the pinned staging ring instead.
+ * the workers) and registered (in pieces, on up to pin_threads threads at
+ * once: hostbuf_pin()); together they are the slow part of a first sleep.
+ * So two threads run ahead of the copies: one faults in the buffers of the
+ * next chunks (first waiting for the last wake's unpin of a reclaimable
+ * one), the other registers those already faulted in, one chunk after
+ * another, and the copies of earlier chunks run meanwhile; a chunk's copies
+ * start once all its pieces are registered. When registering fails, the
+ * copy stays in ordinary memory and goes through the pinned staging ring
+ * instead.
  */
 #ifndef DORMANT_PREPARE_H
 #define DORMANT_PREPARE_H

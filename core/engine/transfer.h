@@ -30,7 +30,9 @@
  * Host copies live in pinned buffers, copied straight over PCIe both ways;
  * a sleep that needs fresh ones has two threads fault them in and register
  * them ahead of the copies (retain mode keeps them between cycles, release
- * mode gives them back after the wake). A copy that cannot be pinned (or with
+ * mode gives them back after the wake, reclaimable mode unpins them after
+ * the wake on a worker and hands them to the kernel with MADV_FREE, the
+ * next sleep reusing what it left). A copy that cannot be pinned (or with
  * DORMANT_PIN_HOST=0) goes through a small pinned staging ring instead, the
  * host-side memcpy spread over the worker threads.
  *
