@@ -129,8 +129,9 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   staging_bytes      size   256MiB: pinned staging ring for unpinned copies
  *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
  *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
- *   pin_threads        int    $DORMANT_PIN_THREADS  4 (1 to 32): threads that
- *                      pin the pieces of one host copy at once
+ *   pin_threads        int    $DORMANT_PIN_THREADS  1 (1 to 32): threads that
+ *                      pin the pieces of one host copy at once (the
+ *                      H200's driver pins no faster with more)
  *   host_devices       int    $DORMANT_HOST_DEVICES  1 (host backend only)
  *   host_device_bytes  size   $DORMANT_HOST_DEVICE_BYTES  64GiB (host backend)
  *   verify             bool   $DORMANT_VERIFY  true: check restored chunks

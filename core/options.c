@@ -108,7 +108,7 @@ static const struct option options[] = {
 	},
 	{
 		.name = "pin_threads", .type = OPTION_INT, .offset = FIELD(pin_threads),
-		.default_value = "4", .env = "DORMANT_PIN_THREADS", .min = 1,
+		.default_value = "1", .env = "DORMANT_PIN_THREADS", .min = 1,
 		.max = HOSTBUF_PIN_THREADS_MAX,
 		.doc = "threads that pin the pieces of one host copy at once (1: one piece "
 		       "after another)",
