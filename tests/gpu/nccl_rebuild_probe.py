@@ -91,12 +91,16 @@ def main():
                 continue
             where = ("WORLD" if g is world else "new" if id(g) in new else
                      "destroyed" if any(g is o for o in old) else "unknown")
+            c10d = dist.distributed_c10d
             try:
-                name = dist.distributed_c10d._get_process_group_name(g)
+                name = g.group_name
             except Exception as e:  # noqa: BLE001
                 name = f"? ({type(e).__name__})"
-            print(f"bucket group {i}.{attr}: {where}, name {name}, "
-                  f"ranks {dist.get_process_group_ranks(g)}")
+            print(f"bucket group {i}.{attr}: {where}, {type(g).__name__} {id(g):#x}, "
+                  f"name {name}, in pg_map {g in c10d._world.pg_map}, "
+                  f"ranks {c10d._world.pg_group_ranks.get(g)}")
+            if where != "new":
+                print(f"  held by: {holders(g, skip | {id(bg.__dict__)})[:6]}")
             for what, fn in (("all_reduce", lambda: dist.all_reduce(
                     torch.ones(8, device="cuda"), group=g)),
                     ("reduce_scatter coalesced", lambda: coalesced(dist, g))):

@@ -119,6 +119,7 @@ class Dist:
             comm = self.next_comm
             self.next_comm += 0x10
         pg = PG(Backend(comm, self.log, self.api) if "nccl" in backend else None)
+        pg.group_name = name
         w = self.distributed_c10d._world
         w.pg_map[pg] = (backend, None)
         w.pg_names[pg] = name
@@ -397,6 +398,32 @@ def test_rebuild_destroys_after_the_copies_and_rebinds_the_programs_references(m
     s = mgr._comms.stats()
     assert s["rebuilds"] == 1 and s["references_rebound"] >= 4 and s["references_left"] >= 1
     del gloo
+
+
+def test_rebuild_rebinds_a_second_object_of_a_destroyed_group(mgr, fake):
+    """PyTorch can hand out a second Python object for one C++ group (as
+    Megatron-core's DDP buckets held its distributed-optimizer group on the
+    H200): found by type and name, it is rebound too; objects of groups that
+    live on, and other objects, are left alone."""
+    dist = Dist()
+    dp = dist.new_group([0])
+    gloo = dist.new_group([0], backend="gloo")
+    twin = PG(dp.backend)                  # the same group, another object
+    twin.group_name = dp.group_name
+    gloo_twin = PG(None)
+    gloo_twin.group_name = gloo.group_name
+    bucket = types.SimpleNamespace(group=twin, other=gloo_twin, label=dp.group_name)
+    groups = [twin]
+    closure = (lambda: twin)
+    comms_on(mgr, dist, mode="rebuild")
+    mgr.alloc("w", MiB)
+    mgr.sleep()
+    mgr.wake()
+    new = dist.distributed_c10d._world
+    fresh = next(pg for pg, name in new.pg_names.items() if name not in ("0", "1", "2"))
+    assert bucket.group is fresh and groups == [fresh] and closure() is fresh
+    assert bucket.other is gloo_twin and bucket.label == "1"
+    assert mgr._comms.stats()["references_rebound"] >= 3
 
 
 def test_rebuild_makes_every_group_on_every_rank_in_one_order():

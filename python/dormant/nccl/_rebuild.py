@@ -19,7 +19,10 @@ rebuilds, the program's references to them pointed at the new ones.
   refers to an old group is pointed at its new one (gc.get_referrers). A
   reference held in a tuple, a __slots__ attribute or C++ (a DTensor
   DeviceMesh, FSDP2) cannot be rebound: stats() counts them
-  ("references_left"), and such programs want suspend.
+  ("references_left"), and such programs want suspend. PyTorch may hand out
+  a second Python object for one C++ group: those are found by the group's
+  type and name among every dict, list and closure cell of the process
+  (rebind_wrappers()).
 """
 import datetime
 import gc
@@ -60,7 +63,7 @@ class Rebuilder:
             # the backend as c10d wrote it ("nccl", "cuda:nccl,cpu:gloo"):
             # new_group() takes both forms
             spec = {"order": _order_key(group), "ranks": group.ranks,
-                    "backend": group.backend_name}
+                    "backend": group.backend_name, "name": _group_name(group.pg)}
             dist.destroy_process_group(group.pg)
             self._destroyed.append((group.pg, spec))
         self.groups_destroyed = len(self._destroyed)
@@ -80,11 +83,19 @@ class Rebuilder:
             group = dist.new_group(spec["ranks"], backend=spec["backend"])
             made[_key(spec)] = group
         rebound = left = 0
+        renamed = {}
         for old, spec in self._destroyed:
             new = made.get(_key(spec))
             r, l = rebind(old, new, keep=(self._destroyed,))
             rebound += r
             left += l
+            if new is not None and spec.get("name"):
+                renamed[spec["name"]] = new
+        if self._destroyed:
+            world = _discover.c10d_world(dist)
+            live = {id(pg) for pg in getattr(world, "pg_map", {})}
+            rebound += rebind_wrappers(type(self._destroyed[0][0]), renamed, live,
+                                       keep=(self._destroyed,))
         count = len(self._destroyed)
         self._destroyed = []
         self.rebuilds += 1
@@ -156,6 +167,65 @@ def rebind(old, new, keep=()):
         else:
             left += 1
     return rebound, left
+
+
+def _group_name(pg):
+    """c10d's name of the group (ProcessGroup.group_name), or None."""
+    try:
+        name = pg.group_name
+    except Exception:
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def rebind_wrappers(pg_type, renamed, live, keep=()):
+    """Point other Python objects for a destroyed group at its new one.
+
+    A C++ group can have more than one Python object: PyTorch hands out a
+    new one for it where the first was not alive at the time (seen with
+    Megatron-core's distributed-optimizer group, held by its DDP buffers and
+    bucket groups, on the H200). rebind() follows the object c10d keeps, so
+    those stayed with the destroyed group and the next collective failed on
+    an aborted communicator. Here every dict, list and closure cell of the
+    process is searched for an object of the group's type that c10d no longer
+    knows (not in live: ids of pg_map's groups) and whose name is a destroyed
+    group's (renamed: name -> new group). Returns the references changed."""
+    if not renamed:
+        return 0
+    skip = {id(k) for k in keep}
+
+    def new_for(v):
+        if type(v) is not pg_type or id(v) in live:
+            return None
+        name = _group_name(v)
+        return renamed.get(name) if name else None
+
+    rebound = 0
+    for obj in gc.get_objects():
+        if id(obj) in skip:
+            continue
+        if isinstance(obj, dict):
+            for k, v in list(obj.items()):
+                new = new_for(v)
+                if new is not None:
+                    obj[k] = new
+                    rebound += 1
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                new = new_for(v)
+                if new is not None:
+                    obj[i] = new
+                    rebound += 1
+        elif isinstance(obj, types.CellType):
+            try:
+                v = obj.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            new = new_for(v)
+            if new is not None:
+                obj.cell_contents = new
+                rebound += 1
+    return rebound
 
 
 def _is_own_tuple(ref, old):
