@@ -376,6 +376,12 @@ def test_rebuild_destroys_after_the_copies_and_rebinds_the_programs_references(m
     dist = Dist()
     dp = dist.new_group([0])
     gloo = dist.new_group([0], backend="gloo")
+
+    class Optimizer:  # attributes in no dict until asked (CPython 3.11+)
+        def __init__(self, group):
+            self.data_parallel_group = group
+
+    optimizer = Optimizer(dp)
     state = types.SimpleNamespace(dp=dp)   # Megatron's parallel_state globals
     buckets = [dp, dp]                     # a DDP bucket list
     closure = (lambda: dp)                 # a closure cell (this frame's dp is one too)
@@ -393,6 +399,7 @@ def test_rebuild_destroys_after_the_copies_and_rebinds_the_programs_references(m
     assert [e[0] for e in dist.log] == ["destroy", "new_group"]
     new = buckets[0]
     assert new is not held[0] and buckets == [new, new] and state.dp is new and closure() is new
+    assert optimizer.data_parallel_group is new
     assert order == [("rebuild", True)], "made again before the rebuild callback"
     assert dist.distributed_c10d._world.pg_names[new] == "3", "a new name: no stale keys"
     s = mgr._comms.stats()
@@ -413,6 +420,12 @@ def test_rebuild_rebinds_a_second_object_of_a_destroyed_group(mgr, fake):
     gloo_twin = PG(None)
     gloo_twin.group_name = gloo.group_name
     bucket = types.SimpleNamespace(group=twin, other=gloo_twin, label=dp.group_name)
+
+    class Buffer:  # a plain object: its attributes in no dict until asked (CPython 3.11+)
+        def __init__(self, group):
+            self.group = group
+
+    buffer = Buffer(twin)
     groups = [twin]
     closure = (lambda: twin)
     comms_on(mgr, dist, mode="rebuild")
@@ -422,6 +435,7 @@ def test_rebuild_rebinds_a_second_object_of_a_destroyed_group(mgr, fake):
     new = dist.distributed_c10d._world
     fresh = next(pg for pg, name in new.pg_names.items() if name not in ("0", "1", "2"))
     assert bucket.group is fresh and groups == [fresh] and closure() is fresh
+    assert buffer.group is fresh
     assert bucket.other is gloo_twin and bucket.label == "1"
     assert mgr._comms.stats()["references_rebound"] >= 3
 

@@ -15,8 +15,9 @@ rebuilds, the program's references to them pointed at the new ones.
   make the union, in the order the groups were first made.
 - Rebinding: the old group objects stay referenced by the program
   (Megatron's parallel_state globals, its DDP buffers, the optimizer). Every
-  dict (module globals, instance __dict__), list and closure cell that
-  refers to an old group is pointed at its new one (gc.get_referrers). A
+  dict (module globals, instance __dict__), list, closure cell and object
+  attribute that refers to an old group is pointed at its new one
+  (gc.get_referrers). A
   reference held in a tuple, a __slots__ attribute or C++ (a DTensor
   DeviceMesh, FSDP2) cannot be rebound: stats() counts them
   ("references_left"), and such programs want suspend. PyTorch may hand out
@@ -94,8 +95,10 @@ class Rebuilder:
         if self._destroyed:
             world = _discover.c10d_world(dist)
             live = {id(pg) for pg in getattr(world, "pg_map", {})}
-            rebound += rebind_wrappers(type(self._destroyed[0][0]), renamed, live,
-                                       keep=(self._destroyed,))
+            r, l = rebind_wrappers(type(self._destroyed[0][0]), renamed, live,
+                                   keep=(self._destroyed,))
+            rebound += r
+            left += l
         count = len(self._destroyed)
         self._destroyed = []
         self.rebuilds += 1
@@ -137,10 +140,14 @@ def _order_key(group):
 
 
 def rebind(old, new, keep=()):
-    """Point the dicts, lists and closure cells that refer to old at new;
-    returns (rebound, left): references changed and references that could
-    not be (tuples, objects' slots, C++). keep: containers of our own, left
-    alone."""
+    """Point the dicts, lists, closure cells and objects' attributes that
+    refer to old at new; returns (rebound, left): references changed and
+    references that could not be (tuples, objects' slots, C++). keep:
+    containers of our own, left alone.
+
+    An object's attributes may live in no dict of their own until someone
+    asks for one (CPython 3.11+ keeps them inline), and gc.get_referrers()
+    then gives the object itself: its vars() are rebound."""
     if new is None or old is new:
         return 0, 0
     skip = {id(k) for k in keep}
@@ -165,8 +172,24 @@ def rebind(old, new, keep=()):
         elif isinstance(ref, tuple) and _is_own_tuple(ref, old):
             continue
         else:
-            left += 1
+            changed = _rebind_attributes(ref, old, new)
+            rebound += changed
+            left += 0 if changed else 1
     return rebound, left
+
+
+def _rebind_attributes(ref, old, new):
+    """ref's attributes that are old, set to new; how many."""
+    try:
+        attrs = vars(ref)
+    except TypeError:  # no __dict__: slots, C++
+        return 0
+    changed = 0
+    for k, v in list(attrs.items()):
+        if v is old:
+            attrs[k] = new
+            changed += 1
+    return changed
 
 
 def _group_name(pg):
@@ -186,46 +209,44 @@ def rebind_wrappers(pg_type, renamed, live, keep=()):
     Megatron-core's distributed-optimizer group, held by its DDP buffers and
     bucket groups, on the H200). rebind() follows the object c10d keeps, so
     those stayed with the destroyed group and the next collective failed on
-    an aborted communicator. Here every dict, list and closure cell of the
-    process is searched for an object of the group's type that c10d no longer
-    knows (not in live: ids of pg_map's groups) and whose name is a destroyed
-    group's (renamed: name -> new group). Returns the references changed."""
+    an aborted communicator. Here the process's objects, and the values of
+    its dicts, lists and closure cells, are searched for objects of the
+    group's type that c10d no longer knows (not in live: ids of pg_map's
+    groups) and whose name is a destroyed group's (renamed: name -> new
+    group); each is rebound as rebind() does. Returns (rebound, left)."""
     if not renamed:
-        return 0
+        return 0, 0
     skip = {id(k) for k in keep}
+    stale = {}
 
-    def new_for(v):
-        if type(v) is not pg_type or id(v) in live:
-            return None
-        name = _group_name(v)
-        return renamed.get(name) if name else None
+    def consider(v):
+        if type(v) is pg_type and id(v) not in live and id(v) not in stale:
+            name = _group_name(v)
+            if name in renamed:
+                stale[id(v)] = (v, renamed[name])
 
-    rebound = 0
     for obj in gc.get_objects():
         if id(obj) in skip:
             continue
         if isinstance(obj, dict):
-            for k, v in list(obj.items()):
-                new = new_for(v)
-                if new is not None:
-                    obj[k] = new
-                    rebound += 1
+            for v in list(obj.values()):
+                consider(v)
         elif isinstance(obj, list):
-            for i, v in enumerate(obj):
-                new = new_for(v)
-                if new is not None:
-                    obj[i] = new
-                    rebound += 1
+            for v in list(obj):
+                consider(v)
         elif isinstance(obj, types.CellType):
             try:
-                v = obj.cell_contents
+                consider(obj.cell_contents)
             except ValueError:  # an empty cell
-                continue
-            new = new_for(v)
-            if new is not None:
-                obj.cell_contents = new
-                rebound += 1
-    return rebound
+                pass
+        else:
+            consider(obj)
+    rebound = left = 0
+    for v, new in stale.values():
+        r, l = rebind(v, new, keep=keep)
+        rebound += r
+        left += l
+    return rebound, left
 
 
 def _is_own_tuple(ref, old):
