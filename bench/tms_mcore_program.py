@@ -246,32 +246,21 @@ class Trainer:
 
     def batches(self):
         """(tokens, labels) on the CPU, the same sequence in every run."""
-        g = self.torch.Generator().manual_seed(self.cfg.seed + 1)
-        while True:
-            tokens = self.torch.randint(0, self.cfg.vocab, (self.cfg.batch, self.cfg.seq + 1),
-                                        generator=g)
-            yield tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        import mcore
+        return mcore.token_batches(self.cfg)
 
     def step(self, tokens, labels):
         """One Megatron step; the loss as a Python float."""
-        tokens, labels = tokens.cuda(), labels.cuda()
-        self.model.zero_grad_buffer()
-        self.optimizer.zero_grad()
-        losses = self.model(input_ids=tokens, position_ids=self.position_ids,
-                            attention_mask=None, labels=labels)
-        loss = losses.float().mean()
-        loss.backward()
-        self.model.finish_grad_sync()
-        if self.steps_done == 0:
-            # Adam's moments are made lazily, by the first step: kept, like the rest.
-            with self.saver.region(tag="default", enable_cpu_backup=True):
-                ok, _, _ = self.optimizer.step()
-        else:
-            ok, _, _ = self.optimizer.step()
+        import mcore
+        # Adam's moments are made lazily, by the first step: kept, like the rest.
+        loss, ok = mcore.megatron_step(
+            self.model, self.optimizer, self.position_ids, tokens, labels,
+            self.saver.region(tag="default", enable_cpu_backup=True)
+            if self.steps_done == 0 else None)
         if not ok:
             raise ProgramError("the optimizer step was skipped (found inf/nan)")
         self.steps_done += 1
-        return float(loss.detach())
+        return float(loss)
 
 
 def say(text):

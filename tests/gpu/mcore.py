@@ -18,6 +18,7 @@ on wake the distributed optimizer's fp32 main params are copied back into
 param_data (the bf16 rounding Megatron does after every step), then
 all-gathered across the data-parallel group when there is more than one rank.
 """
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -105,6 +106,36 @@ def deterministic():
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def token_batches(cfg, count=None, seed=None):
+    """(tokens, labels) pairs on the CPU for cfg (a ModelConfig), the same for
+    the same seed (default cfg.seed + 1); count None: for ever."""
+    import itertools
+
+    import torch
+    g = torch.Generator().manual_seed(cfg.seed + 1 if seed is None else seed)
+    for _ in (range(count) if count is not None else itertools.count()):
+        tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
+        yield tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def megatron_step(model, optimizer, position_ids, tokens, labels, optimizer_region=None):
+    """One Megatron training step of a DDP model and its optimizer: (the loss
+    as a 0-d tensor on the GPU, whether the optimizer stepped).
+    optimizer_region: a context manager the optimizer step runs in (the first
+    step makes Adam's moments, lazily: where they land), or None."""
+    tokens, labels = tokens.cuda(), labels.cuda()
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    losses = model(input_ids=tokens, position_ids=position_ids, attention_mask=None,
+                   labels=labels)
+    loss = losses.float().mean()
+    loss.backward()
+    model.finish_grad_sync()
+    with optimizer_region if optimizer_region is not None else contextlib.nullcontext():
+        ok, _, _ = optimizer.step()
+    return loss.detach(), ok
 
 
 class Tags:
@@ -230,32 +261,17 @@ class McoreTrainer:
 
     def batches(self, count, seed=None):
         """count (tokens, labels) pairs on the CPU, the same for the same seed."""
-        import torch
-        g = torch.Generator().manual_seed(self.cfg.seed + 1 if seed is None else seed)
-        for _ in range(count):
-            tokens = torch.randint(0, self.cfg.vocab, (self.cfg.batch, self.cfg.seq + 1),
-                                   generator=g)
-            yield tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        return token_batches(self.cfg, count, seed)
 
     def train_step(self, tokens, labels):
         """One Megatron step; returns the loss as a 0-d tensor on the GPU."""
-        tokens, labels = tokens.cuda(), labels.cuda()
-        self.model.zero_grad_buffer()
-        self.optimizer.zero_grad()
-        losses = self.model(input_ids=tokens, position_ids=self.position_ids,
-                            attention_mask=None, labels=labels)
-        loss = losses.float().mean()
-        loss.backward()
-        self.model.finish_grad_sync()
-        if self.steps_done == 0:
-            # Adam's moments are created lazily, by the first step.
-            with self.dm.region(self.tags.optimizer):
-                ok, _, _ = self.optimizer.step()
-        else:
-            ok, _, _ = self.optimizer.step()
+        # Adam's moments are created lazily, by the first step.
+        loss, ok = megatron_step(self.model, self.optimizer, self.position_ids, tokens, labels,
+                                 self.dm.region(self.tags.optimizer)
+                                 if self.steps_done == 0 else None)
         assert ok, "the optimizer step was skipped"
         self.steps_done += 1
-        return loss.detach()
+        return loss
 
     # ---- what the checks look at ------------------------------------------------
 
