@@ -382,6 +382,10 @@ def test_rebuild_destroys_after_the_copies_and_rebinds_the_programs_references(m
             self.data_parallel_group = group
 
     optimizer = Optimizer(dp)
+
+    class Config:  # a class attribute: vars() is a read-only mappingproxy
+        group = dp
+
     state = types.SimpleNamespace(dp=dp)   # Megatron's parallel_state globals
     buckets = [dp, dp]                     # a DDP bucket list
     closure = (lambda: dp)                 # a closure cell (this frame's dp is one too)
@@ -399,7 +403,7 @@ def test_rebuild_destroys_after_the_copies_and_rebinds_the_programs_references(m
     assert [e[0] for e in dist.log] == ["destroy", "new_group"]
     new = buckets[0]
     assert new is not held[0] and buckets == [new, new] and state.dp is new and closure() is new
-    assert optimizer.data_parallel_group is new
+    assert optimizer.data_parallel_group is new and Config.group is new
     assert order == [("rebuild", True)], "made again before the rebuild callback"
     assert dist.distributed_c10d._world.pg_names[new] == "3", "a new name: no stale keys"
     s = mgr._comms.stats()

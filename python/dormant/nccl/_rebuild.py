@@ -187,7 +187,13 @@ def _rebind_attributes(ref, old, new):
     changed = 0
     for k, v in list(attrs.items()):
         if v is old:
-            attrs[k] = new
+            try:
+                attrs[k] = new
+            except TypeError:  # a class's mappingproxy
+                try:
+                    setattr(ref, k, new)
+                except (AttributeError, TypeError):
+                    continue
             changed += 1
     return changed
 
