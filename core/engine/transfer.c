@@ -296,21 +296,16 @@ static void reclaim_run(void *arg)
 void engine_host_settle(struct engine *e, struct hostbuf *hb)
 {
 	struct reclaim_job *job = hb->reclaim;
-	bool done;
 
 	if (!job)
 		return;
 	pthread_mutex_lock(&e->reclaim_lock);
-	done = job->done;
-	pthread_mutex_unlock(&e->reclaim_lock);
-	if (!done) {
+	if (!job->done)
 		log_write(&e->log, DORMANT_LOG_DEBUG,
 			  "waiting for the unpin of a %zu-byte host copy", hb->size);
-		pthread_mutex_lock(&e->reclaim_lock);
-		while (!job->done)
-			pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
-		pthread_mutex_unlock(&e->reclaim_lock);
-	}
+	while (!job->done)
+		pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
+	pthread_mutex_unlock(&e->reclaim_lock);
 	free(job);
 	hb->reclaim = NULL;
 }
