@@ -64,7 +64,7 @@ class Rebuilder:
             # the backend as c10d wrote it ("nccl", "cuda:nccl,cpu:gloo"):
             # new_group() takes both forms
             spec = {"order": _order_key(group), "ranks": group.ranks,
-                    "backend": group.backend_name, "name": _group_name(group.pg)}
+                    "backend": group.backend_name, "name": group.name}
             dist.destroy_process_group(group.pg)
             self._destroyed.append((group.pg, spec))
         self.groups_destroyed = len(self._destroyed)
@@ -93,9 +93,11 @@ class Rebuilder:
             if new is not None and spec.get("name"):
                 renamed[spec["name"]] = new
         if self._destroyed:
+            # the objects c10d knows now, and the old ones rebound above
             world = _discover.c10d_world(dist)
-            live = {id(pg) for pg in getattr(world, "pg_map", {})}
-            r, l = rebind_wrappers(type(self._destroyed[0][0]), renamed, live,
+            seen = {id(pg) for pg in getattr(world, "pg_map", {})}
+            seen |= {id(old) for old, _ in self._destroyed}
+            r, l = rebind_wrappers(type(self._destroyed[0][0]), renamed, seen,
                                    keep=(self._destroyed,))
             rebound += r
             left += l
@@ -207,7 +209,7 @@ def _group_name(pg):
     return name if isinstance(name, str) and name else None
 
 
-def rebind_wrappers(pg_type, renamed, live, keep=()):
+def rebind_wrappers(pg_type, renamed, seen, keep=()):
     """Point other Python objects for a destroyed group at its new one.
 
     A C++ group can have more than one Python object: PyTorch hands out a
@@ -217,16 +219,17 @@ def rebind_wrappers(pg_type, renamed, live, keep=()):
     those stayed with the destroyed group and the next collective failed on
     an aborted communicator. Here the process's objects, and the values of
     its dicts, lists and closure cells, are searched for objects of the
-    group's type that c10d no longer knows (not in live: ids of pg_map's
-    groups) and whose name is a destroyed group's (renamed: name -> new
-    group); each is rebound as rebind() does. Returns (rebound, left)."""
+    group's type that are not in seen (ids: pg_map's groups, and the old
+    objects rebind() followed already) and whose name is a destroyed group's
+    (renamed: name -> new group); each is rebound as rebind() does. Returns
+    (rebound, left)."""
     if not renamed:
         return 0, 0
     skip = {id(k) for k in keep}
     stale = {}
 
     def consider(v):
-        if type(v) is pg_type and id(v) not in live and id(v) not in stale:
+        if type(v) is pg_type and id(v) not in seen and id(v) not in stale:
             name = _group_name(v)
             if name in renamed:
                 stale[id(v)] = (v, renamed[name])
