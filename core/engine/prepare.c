@@ -78,19 +78,6 @@ static int host_fault_in(struct engine *e, struct xfer_item *it)
 	return 0;
 }
 
-/* Stage two: registered with the device, or left for the staging ring. */
-static void host_pin(struct engine *e, struct xfer_item *it)
-{
-	double start = now_monotonic_s();
-	int r = e->pin_host ? hostbuf_pin(e->backend, &it->chunk->host, e->pin_piece, e->pin_threads) : 0;
-
-	engine_time_add(&e->host_pin_ns, start);
-	if (r < 0)
-		log_write(&e->log, DORMANT_LOG_WARNING,
-			  "host copy stays unpinned (copied through the staging ring): %s",
-			  dormant_last_error());
-}
-
 static void prep_fail(struct prep *p, int r)
 {
 	if (!p->error) {
@@ -127,28 +114,6 @@ static void *prep_fault_main(void *arg)
 	return NULL;
 }
 
-static void *prep_pin_main(void *arg)
-{
-	struct prep *p = arg;
-
-	for (size_t k = 0; k < p->count; k++) {
-		pthread_mutex_lock(&p->lock);
-		while (p->faulted <= k && !p->stop && !p->error)
-			pthread_cond_wait(&p->cond, &p->lock);
-		if (p->faulted <= k) {
-			pthread_mutex_unlock(&p->lock);
-			break;
-		}
-		pthread_mutex_unlock(&p->lock);
-		host_pin(p->e, p->queue[k]);
-		pthread_mutex_lock(&p->lock);
-		p->ready = k + 1;
-		pthread_cond_broadcast(&p->cond);
-		pthread_mutex_unlock(&p->lock);
-	}
-	return NULL;
-}
-
 int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 		      size_t count)
 {
@@ -169,20 +134,9 @@ int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 	}
 	if (!p->count)
 		return 0;
-	/* Without both threads, prep_wait() prepares each buffer itself. */
-	if (pthread_create(&p->fault_thread, NULL, prep_fault_main, p) != 0)
-		return 0;
-	p->fault_running = true;
-	if (pthread_create(&p->pin_thread, NULL, prep_pin_main, p) == 0) {
-		p->pin_running = true;
-		return 0;
-	}
-	/* prep_wait() redoes whatever the fault thread got to */
-	pthread_mutex_lock(&p->lock);
-	p->stop = true;
-	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->fault_thread, NULL);
-	p->fault_running = false;
+	/* Without the thread, prep_wait() prepares each buffer itself. */
+	if (pthread_create(&p->fault_thread, NULL, prep_fault_main, p) == 0)
+		p->fault_running = true;
 	return 0;
 }
 
@@ -195,16 +149,12 @@ int prep_wait(struct prep *p, struct xfer_item *it)
 	if (k == p->count || p->queue[k] != it)
 		return 0; /* its buffer was there already */
 	p->next++;
-	if (!p->pin_running) {
-		r = host_fault_in(p->e, it);
-		if (r == 0)
-			host_pin(p->e, it);
-		return r;
-	}
+	if (!p->fault_running)
+		return host_fault_in(p->e, it);
 	pthread_mutex_lock(&p->lock);
-	while (p->ready <= k && !p->error)
+	while (p->faulted <= k && !p->error)
 		pthread_cond_wait(&p->cond, &p->lock);
-	if (p->ready <= k)
+	if (p->faulted <= k)
 		r = error_set(p->error, "%s", p->message);
 	pthread_mutex_unlock(&p->lock);
 	return r;
@@ -218,8 +168,6 @@ void prep_finish(struct prep *p)
 	pthread_mutex_unlock(&p->lock);
 	if (p->fault_running)
 		pthread_join(p->fault_thread, NULL);
-	if (p->pin_running)
-		pthread_join(p->pin_thread, NULL);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p->queue);

@@ -1,18 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Host-copy preparation for a sleep: a buffer of each kept chunk's plan size
- * (extent.h), faulted in and pinned before its copies are queued. Host
- * copies are pinned so that the copy engine moves them at full speed, both
- * ways. A fresh buffer must be faulted in (per-core work, spread over
- * the workers) and registered (in pieces, on up to pin_threads threads at
- * once: hostbuf_pin()); together they are the slow part of a first sleep.
- * So two threads run ahead of the copies: one faults in the buffers of the
- * next chunks (first waiting for the last wake's unpin of a reclaimable
- * one), the other registers those already faulted in, one chunk after
- * another, and the copies of earlier chunks run meanwhile; a chunk's copies
- * start once all its pieces are registered. When registering fails, the
- * copy stays in ordinary memory and goes through the pinned staging ring
- * instead.
+ * (extent.h), faulted in before its copies are queued. Host copies are
+ * pinned so that the copy engine moves them at full speed, both ways. A
+ * fresh buffer must be faulted in (per-core work, spread over the workers)
+ * and registered; together they are the slow part of a first sleep. So a
+ * thread runs ahead of the copies, faulting in the buffers of the next
+ * chunks (first waiting for the last wake's unpin of a reclaimable one).
+ * Registering is not done here: the driver serializes it with every other
+ * call, so the thread that queues the copies registers each piece itself,
+ * just ahead of its copy (pipeline.c), and the copies of earlier pieces run
+ * meanwhile. When registering fails, the copy stays in ordinary memory and
+ * goes through the pinned staging ring instead.
  */
 #ifndef DORMANT_PREPARE_H
 #define DORMANT_PREPARE_H
@@ -30,19 +29,19 @@ struct prep {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	size_t faulted; /* queue[0..faulted) are allocated and touched */
-	size_t ready;   /* queue[0..ready) are pinned (or left unpinned) */
 	size_t next;    /* the consumer's next queue entry */
 	bool stop;
 	int error;
 	char message[DORMANT_ERROR_MAX];
-	pthread_t fault_thread, pin_thread;
-	bool fault_running, pin_running;
+	pthread_t fault_thread;
+	bool fault_running;
 };
 
 /* Start preparing the host copies of device d's kept chunks that need a
  * fresh buffer (of their plan's size), in items order. */
 int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items, size_t count);
-/* Wait until it has its host buffer (call in items order). */
+/* Wait until it has its host buffer, faulted in but not registered yet
+ * (call in items order). */
 int prep_wait(struct prep *p, struct xfer_item *it);
 /* Stop the threads and free what prep_start() took; after any result. */
 void prep_finish(struct prep *p);

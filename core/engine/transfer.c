@@ -711,7 +711,8 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			wait = now_monotonic_s();
 			r = prep_wait(&prep, it);
 			t->times.host_wait_s += now_monotonic_s() - wait;
-			if (r == 0 && !c->host.pin_piece)
+			/* where the engine pins, the pipeline registers it */
+			if (r == 0 && !c->host.pin_piece && !e->pin_host)
 				r = staging_ready(e, d);
 		}
 		if (r < 0)

@@ -298,11 +298,13 @@ Test(reclaim, one_and_four_pin_threads_move_the_same_bytes)
 	}
 }
 
-/* The nth pin fails (repeat: and every later one) on one of four threads:
- * a single failure leaves that copy unpinned, through the staging ring; a
- * lasting one fails the sleep (the ring cannot be pinned either), which
- * rolls back. Either way nothing stays pinned and nothing is lost. Returns
- * whether a pin failed (false: the sleep pins fewer than nth times). */
+/* The nth pin fails (repeat: and every later one). The sleep registers each
+ * host copy piece by piece just ahead of its copies (pipeline.c), so a pin
+ * fails part way through a copy: a single failure sends that copy, from its
+ * start, through the staging ring; a lasting one fails the sleep (the ring
+ * cannot be pinned either), which rolls back. Either way nothing stays
+ * pinned and nothing is lost. Returns whether a pin failed (false: the
+ * sleep pins fewer than nth times). */
 static bool pin_fails_at(unsigned nth, bool repeat)
 {
 	struct dormant_report rep;
@@ -326,6 +328,9 @@ static bool pin_fails_at(unsigned nth, bool repeat)
 		expect_all(m, DORMANT_AWAKE);
 	} else {
 		cr_expect_eq(r, 0, "pin %s: %s", value, rep.error);
+		/* a copy begun pinned and redone through the ring counts once */
+		cr_expect_eq(rep.bytes_copied, SIZE + 3 * MiB + 4096, "pin %s: %llu bytes copied",
+			     value, (unsigned long long)rep.bytes_copied);
 		cr_expect_eq(stats(m)->staging_bytes > 0, failed,
 			     "pin %s: a copy went unpinned, through the ring", value);
 		cr_assert_eq(dormant_wake(m, NULL, &rep), 0, "%s", rep.error);
