@@ -444,6 +444,42 @@ def test_rebuild_rebinds_a_second_object_of_a_destroyed_group(mgr, fake):
     assert mgr._comms.stats()["references_rebound"] >= 3
 
 
+def test_rebuild_rebinds_every_group_in_one_walk_of_the_heap(mgr, fake, monkeypatch):
+    """Three groups destroyed: one gc.collect() and one gc.get_referrers()
+    for all of them (each walks the whole heap: with Megatron-core loaded, a
+    large part of a second per group), and a dict holding two of them gets
+    both new ones."""
+    dist = Dist()
+    tp, dp, pp = dist.new_group([0]), dist.new_group([0]), dist.new_group([0])
+    groups = {"tp": tp, "dp": dp}
+    chain = [pp, tp]
+    calls = {"collect": 0, "get_referrers": 0}
+    real_collect, real_referrers = _rebuild.gc.collect, _rebuild.gc.get_referrers
+
+    def collect(*a):
+        calls["collect"] += 1
+        return real_collect(*a)
+
+    def get_referrers(*objs):
+        calls["get_referrers"] += 1
+        return real_referrers(*objs)
+
+    comms_on(mgr, dist, mode="rebuild")
+    mgr.alloc("w", MiB)
+    mgr.sleep()
+    monkeypatch.setattr(_rebuild.gc, "collect", collect)
+    monkeypatch.setattr(_rebuild.gc, "get_referrers", get_referrers)
+    mgr.wake()
+    monkeypatch.undo()
+    names = dist.distributed_c10d._world.pg_names
+    fresh = [pg for pg, name in names.items() if name not in ("0", "1", "2", "3")]
+    assert len(fresh) == 3
+    assert groups["tp"] in fresh and groups["dp"] in fresh and groups["tp"] is not groups["dp"]
+    assert chain[0] in fresh and chain[0] is not groups["tp"] and chain[1] is groups["tp"]
+    assert calls == {"collect": 1, "get_referrers": 1}, calls
+    assert mgr._comms.stats()["groups_destroyed"] == 3
+
+
 def test_rebuild_makes_every_group_on_every_rank_in_one_order():
     """Three ranks; each knows only its own groups, every new_group() is
     collective over WORLD: all three make the union, in the first order."""

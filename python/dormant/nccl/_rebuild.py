@@ -29,6 +29,7 @@ import datetime
 import gc
 import json
 import logging
+import time
 import types
 
 from . import _discover
@@ -78,20 +79,21 @@ class Rebuilder:
             return 0
         self.epoch += 1
         mine = [spec for _, spec in self._destroyed]
+        start = time.monotonic()
         every = self._exchange(dist, mine)
         made = {}
         for spec in every:
             group = dist.new_group(spec["ranks"], backend=spec["backend"])
             made[_key(spec)] = group
-        rebound = left = 0
+        made_s = time.monotonic() - start
         renamed = {}
+        pairs = []
         for old, spec in self._destroyed:
             new = made.get(_key(spec))
-            r, l = rebind(old, new, keep=(self._destroyed,))
-            rebound += r
-            left += l
+            pairs.append((old, new))
             if new is not None and spec.get("name"):
                 renamed[spec["name"]] = new
+        rebound, left = rebind_many(pairs, keep=(self._destroyed,))
         if self._destroyed:
             # the objects c10d knows now, and the old ones rebound above
             world = _discover.c10d_world(dist)
@@ -102,6 +104,9 @@ class Rebuilder:
             rebound += r
             left += l
         count = len(self._destroyed)
+        log.info("NCCL rebuild: %d groups made again in %.3f s, %d references rebound "
+                 "(%d left) in %.3f s", len(every), made_s, rebound, left,
+                 time.monotonic() - start - made_s)
         self._destroyed = []
         self.rebuilds += 1
         self.rebound, self.references_left = rebound, left
@@ -142,53 +147,77 @@ def _order_key(group):
 
 
 def rebind(old, new, keep=()):
+    """rebind_many() for one group."""
+    return rebind_many([(old, new)], keep)
+
+
+def rebind_many(pairs, keep=()):
     """Point the dicts, lists, closure cells and objects' attributes that
-    refer to old at new; returns (rebound, left): references changed and
-    references that could not be (tuples, objects' slots, C++). keep:
-    containers of our own, left alone.
+    refer to an old group of pairs ((old, new), ...) at its new one; returns
+    (rebound, left): references changed and objects whose references could
+    not be (tuples, objects' slots, C++). keep: containers of our own, left
+    alone.
+
+    One gc.collect() and one gc.get_referrers() for all the groups: each
+    walks the whole heap, which with Megatron-core and PyTorch loaded costs
+    a large part of a second; group by group, a wake that made 20 groups
+    again spent seconds here.
 
     An object's attributes may live in no dict of their own until someone
     asks for one (CPython 3.11+ keeps them inline), and gc.get_referrers()
     then gives the object itself: its vars() are rebound."""
-    if new is None or old is new:
+    new_of = {id(old): new for old, new in pairs if new is not None and old is not new}
+    olds = [old for old, _ in pairs if id(old) in new_of]
+    if not olds:
         return 0, 0
-    skip = {id(k) for k in keep}
+    is_old = set(new_of)
+    skip = {id(k) for k in keep} | {id(pairs), id(olds)}
+
+    def swap(v):  # olds holds every old group alive: ids name them
+        return new_of.get(id(v))
+
     rebound = left = 0
     gc.collect()
-    for ref in gc.get_referrers(old):
+    for ref in gc.get_referrers(*olds):
         if id(ref) in skip or isinstance(ref, types.FrameType):
             continue
         if isinstance(ref, dict):
             for k, v in list(ref.items()):
-                if v is old:
-                    ref[k] = new
+                nv = swap(v)
+                if nv is not None:
+                    ref[k] = nv
                     rebound += 1
         elif isinstance(ref, list):
             for i, item in enumerate(ref):
-                if item is old:
-                    ref[i] = new
+                nv = swap(item)
+                if nv is not None:
+                    ref[i] = nv
                     rebound += 1
         elif isinstance(ref, types.CellType):
-            ref.cell_contents = new
-            rebound += 1
-        elif isinstance(ref, tuple) and _is_own_tuple(ref, old):
+            nv = swap(ref.cell_contents)
+            if nv is not None:
+                ref.cell_contents = nv
+                rebound += 1
+        elif isinstance(ref, tuple) and (_is_own_tuple(ref, is_old) or any(ref is p for p in pairs)):
             continue
         else:
-            changed = _rebind_attributes(ref, old, new)
+            changed = _rebind_attributes(ref, swap)
             rebound += changed
             left += 0 if changed else 1
     return rebound, left
 
 
-def _rebind_attributes(ref, old, new):
-    """ref's attributes that are old, set to new; how many."""
+def _rebind_attributes(ref, swap):
+    """ref's attributes that are an old group, set to its new one (swap(v):
+    the new one, or None); how many."""
     try:
         attrs = vars(ref)
     except TypeError:  # no __dict__: slots, C++
         return 0
     changed = 0
     for k, v in list(attrs.items()):
-        if v is old:
+        new = swap(v)
+        if new is not None:
             try:
                 attrs[k] = new
             except TypeError:  # a class's mappingproxy
@@ -250,14 +279,12 @@ def rebind_wrappers(pg_type, renamed, seen, keep=()):
                 pass
         else:
             consider(obj)
-    rebound = left = 0
-    for v, new in stale.values():
-        r, l = rebind(v, new, keep=keep)
-        rebound += r
-        left += l
-    return rebound, left
+    pairs = list(stale.values())
+    stale.clear()  # its tuples refer to the objects
+    return rebind_many(pairs, keep=keep)
 
 
-def _is_own_tuple(ref, old):
-    """Our own (old group, spec) pairs."""
-    return len(ref) == 2 and ref[0] is old and isinstance(ref[1], dict) and "order" in ref[1]
+def _is_own_tuple(ref, is_old):
+    """Our own (old group, spec) pairs (is_old: the old groups' ids)."""
+    return (len(ref) == 2 and id(ref[0]) in is_old and isinstance(ref[1], dict)
+            and "order" in ref[1])
