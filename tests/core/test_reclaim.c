@@ -4,8 +4,11 @@
  *  - reclaimable mode unpins a wake's host copies on a worker, after the
  *    wake returned; whatever touches such a buffer next (the next sleep, a
  *    free, the manager's end, a host-mode switch) waits for its unpin;
- *  - pin_threads threads pin the pieces of one host copy at once; a pin
- *    that fails on one of them leaves nothing pinned and nothing lost.
+ *  - a sleep registers each host copy piece by piece, just ahead of its
+ *    copies; a pin that fails part way sends the copy through the staging
+ *    ring, from its start, and loses nothing;
+ *  - the warm-up's pin_threads threads pin the pieces of one host copy at
+ *    once; a pin that fails on one of them leaves nothing pinned.
  * The log holds an unpin (its first debug line) until something says that
  * it waits for it: the unpin is pending at that moment, every time. Host
  * backend only (DORMANT_HOST_PIN_FAIL, its check of memory pinned twice and
@@ -253,9 +256,12 @@ Test(reclaim, a_host_mode_switch_waits_for_pending_unpins)
 /* ---- pin_threads -------------------------------------------------------- */
 
 /* A kept allocation of three chunks and an odd one (its last piece short),
- * cycled in mode on pin_threads threads. wake_copy=kernel: the simulated
- * copy kernel reads only memory pinned in one range, so a wake of a piece
- * left unpinned fails. The copies never went through the staging ring. */
+ * cycled in mode on pin_threads threads. A sleep registers its host copies
+ * piece by piece on its own thread; pin_threads serves the warm-up, which
+ * prepares retain mode's copies ahead (dormant_warm_up(), called here).
+ * wake_copy=kernel: the simulated copy kernel reads only memory pinned in
+ * one range, so a wake of a piece left unpinned fails. The copies never
+ * went through the staging ring. */
 static void pin_cycles(const char *mode, int threads, uint64_t *ret_copied)
 {
 	struct dormant *m;
@@ -268,6 +274,10 @@ static void pin_cycles(const char *mode, int threads, uint64_t *ret_copied)
 	p = kept_alloc(m, SIZE, 7);
 	cr_assert_eq(dormant_alloc(m, "weights", 3 * MiB + 4096, &odd), 0);
 	fill(m, odd, 3 * MiB + 4096, 8);
+	if (strcmp(mode, "retain") == 0) {
+		cr_assert_eq(dormant_warm_up(m), 0, "%s", dormant_last_error());
+		cr_expect_geq(stats(m)->host_bytes, SIZE + 3 * MiB + 4096, "the warm-up's copies");
+	}
 	*ret_copied = 0;
 	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s %d: %s", mode, threads, rep.error);
@@ -348,6 +358,45 @@ static bool pin_fails_at(unsigned nth, bool repeat)
 	pthread_mutex_unlock(&hold.lock);
 	expect_clean_end(m);
 	return failed;
+}
+
+/* The warm-up pins retain mode's host copies on four threads; its nth pin
+ * fails. That copy's other pieces are unpinned again (the host backend says
+ * what stays pinned at the end, and a piece pinned twice fails), the sleep
+ * makes its own copy, and nothing is lost. Returns whether a pin failed. */
+static bool warm_up_pin_fails_at(unsigned nth)
+{
+	struct dormant *m;
+	char value[16];
+	bool failed;
+	void *p;
+	int r;
+
+	snprintf(value, sizeof(value), "%u", nth);
+	setenv("DORMANT_HOST_PIN_FAIL", value, 1);
+	m = held_manager("host_mode=retain,pin_threads=4");
+	unsetenv("DORMANT_HOST_PIN_FAIL");
+	p = kept_alloc(m, SIZE, 11);
+	r = dormant_warm_up(m);
+	failed = r < 0 || warnings() > 0;
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "pin %s: %s", value, dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "pin %s: %s", value, dormant_last_error());
+	cr_expect(holds(m, p, SIZE, 11), "pin %s", value);
+	pthread_mutex_lock(&hold.lock);
+	hold.warnings = 0; /* the failure's own: only the end's count now */
+	pthread_mutex_unlock(&hold.lock);
+	expect_clean_end(m);
+	return failed;
+}
+
+Test(reclaim, a_pin_failing_in_the_warm_up_on_one_of_four_threads_loses_nothing)
+{
+	unsigned nth;
+
+	for (nth = 1; nth < 64 && warm_up_pin_fails_at(nth); nth++)
+		;
+	/* three chunks of four 1 MiB pieces: each failed once */
+	cr_expect_gt(nth, 12, "the warm-up pins more than %u pieces", nth - 1);
 }
 
 Test(reclaim, a_pin_failing_on_one_of_several_threads_loses_nothing)
