@@ -130,8 +130,10 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
  *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
  *   pin_threads        int    $DORMANT_PIN_THREADS  1 (1 to 32): threads that
- *                      pin the pieces of one host copy at once (the
- *                      H200's driver pins no faster with more)
+ *                      pin the pieces of one host copy at once in the
+ *                      warm-up and the staging ring (the H200's driver
+ *                      pins no faster with more); a sleep pins piece by
+ *                      piece on the thread that queues its copies
  *   host_devices       int    $DORMANT_HOST_DEVICES  1 (host backend only)
  *   host_device_bytes  size   $DORMANT_HOST_DEVICE_BYTES  64GiB (host backend)
  *   verify             bool   $DORMANT_VERIFY  true: check restored chunks

@@ -110,8 +110,9 @@ static const struct option options[] = {
 		.name = "pin_threads", .type = OPTION_INT, .offset = FIELD(pin_threads),
 		.default_value = "1", .env = "DORMANT_PIN_THREADS", .min = 1,
 		.max = HOSTBUF_PIN_THREADS_MAX,
-		.doc = "threads that pin the pieces of one host copy at once (1: one piece "
-		       "after another)",
+		.doc = "threads that pin the pieces of one host copy at once, in the warm-up "
+		       "and the staging ring (1: one piece after another); a sleep pins each "
+		       "piece just ahead of its copy",
 	},
 	{
 		.name = "host_devices", .type = OPTION_INT, .offset = FIELD(host_devices),

@@ -28,8 +28,9 @@
  * run, and read back into a slot on wake ahead of its copy to the device.
  *
  * Host copies live in pinned buffers, copied straight over PCIe both ways;
- * a sleep that needs fresh ones has two threads fault them in and register
- * them ahead of the copies (retain mode keeps them between cycles, release
+ * a sleep that needs fresh ones has a thread fault them in ahead of the
+ * copies, and registers each piece just ahead of its copy on the thread
+ * that queues them (retain mode keeps them between cycles, release
  * mode gives them back after the wake, reclaimable mode unpins them after
  * the wake on a worker and hands them to the kernel with MADV_FREE, the
  * next sleep reusing what it left). A copy that cannot be pinned (or with
