@@ -107,6 +107,7 @@ struct sample {
 	double cpu_s;      /* process CPU time during the call */
 	double copy_gbps;  /* the engine's own figure */
 	uint64_t copied, released, mapped, zeroed;
+	struct dormant_wake_copy wake_copy; /* a wake: what copied (option wake_copy) */
 };
 
 struct cycle {
@@ -931,6 +932,7 @@ static int transition(struct bench *b, bool sleep, struct sample *s)
 	s->released = rep->bytes_released;
 	s->mapped = rep->bytes_mapped;
 	s->zeroed = rep->bytes_zeroed;
+	s->wake_copy = rep->wake_copy;
 	return 0;
 }
 
@@ -1142,6 +1144,17 @@ static void table_print(const struct bench *b, const struct medians *md)
 		       i == 0 ? "cold" : "last", t->setup_s, t->checksum_s, t->host_prep_s,
 		       t->host_pin_s, t->host_wait_s, t->copy_s, t->release_s, t->warmup_wait_s);
 	}
+	/* what carried each wake's copies (wake_copy=auto decides per wake) */
+	for (unsigned i = 0; i < b->cycles_done; i += MAX(b->cycles_done - 1, 1u)) {
+		const struct dormant_wake_copy *w = &b->cycles[i].wake.wake_copy;
+
+		if (!w->method[0])
+			continue;
+		printf("%-7s wake copy: %s, engines %.3f GiB, kernel %.3f GiB, %u probes "
+		       "(engines %.1f GB/s, kernel %.1f GB/s)\n",
+		       i == 0 ? "cold" : "last", w->method, (double)w->bytes_engine / GiB,
+		       (double)w->bytes_kernel / GiB, w->probes, w->engine_gbps, w->kernel_gbps);
+	}
 	printf("(median: of the %u warm cycles; GB/s: kept bytes per second, 1e9 bytes; ceil "
 	       "ratio: to the pinned copy ceiling; GPU back: device bytes freed by sleep / bytes "
 	       "managed; host: copies + pinned staging; settled: after background frees)\n",
@@ -1178,6 +1191,16 @@ static void json_sample(struct json *j, const char *key, const struct sample *s,
 	TIME(zero_wait_s) TIME(warmup_wait_s)
 #undef TIME
 	json_object_end(j);
+	if (s->wake_copy.method[0]) {
+		json_object_begin(j, "wake_copy");
+		json_string(j, "method", s->wake_copy.method);
+		json_u64(j, "bytes_engine", s->wake_copy.bytes_engine);
+		json_u64(j, "bytes_kernel", s->wake_copy.bytes_kernel);
+		json_u64(j, "probes", s->wake_copy.probes);
+		json_double(j, "engine_gbps", s->wake_copy.engine_gbps);
+		json_double(j, "kernel_gbps", s->wake_copy.kernel_gbps);
+		json_object_end(j);
+	}
 	json_object_end(j);
 }
 
