@@ -150,7 +150,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      auto times this much on each before choosing
  *   wake_copy_reprobe_bytes  size  $DORMANT_WAKE_COPY_REPROBE_BYTES  4GiB:
  *                      auto, the kernel chosen: times the copy engines again
- *                      after this much
+ *                      after 8 probes' bytes of it, then twice as many each
+ *                      time, at most this much
  *   disk_dir           path   $DORMANT_DISK_DIR  $TMPDIR, else /tmp: where
  *                      DORMANT_DISK copies go (dormant_set_disk_dir())
  *   disk_chunk_bytes   size   $DORMANT_DISK_CHUNK_BYTES  64MiB: largest disk

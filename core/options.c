@@ -172,8 +172,9 @@ static const struct option options[] = {
 		.name = "wake_copy_reprobe_bytes", .type = OPTION_SIZE,
 		.offset = FIELD(wake_copy_reprobe_bytes), .default_value = "4GiB",
 		.env = "DORMANT_WAKE_COPY_REPROBE_BYTES", .min = 4096,
-		.doc = "wake_copy=auto, the kernel chosen: bytes it copies before the copy "
-		       "engines are timed again (the scrub that slowed them ends)",
+		.doc = "wake_copy=auto, the kernel chosen: the most bytes it copies before the "
+		       "copy engines are timed again (the scrub that slowed them ends; first "
+		       "after 8 probes' bytes, then twice as many each time)",
 	},
 	{
 		.name = "disk_dir", .type = OPTION_PATH, .offset = FIELD(disk_dir),

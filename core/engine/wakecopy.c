@@ -55,7 +55,7 @@ void wake_copy_count(struct wake_copy *wc, uint64_t size)
 		return;
 	/* the kernel was chosen: is the scrub over yet? */
 	wc->since_choice += size;
-	if (wc->since_choice >= wc->reprobe_size)
+	if (wc->since_choice >= wc->reprobe_after)
 		probe_begin(wc, WAKE_COPY_PROBE_ENGINE);
 }
 
@@ -76,6 +76,11 @@ static void decide(struct wake_copy *wc)
 	wc->kernel = kernel;
 	wc->phase = WAKE_COPY_RUN;
 	wc->since_choice = 0;
+	if (kernel) /* soon at first, less often while the kernel stays */
+		wc->reprobe_after = wc->reprobe_after
+					    ? MIN(wc->reprobe_after * 2, wc->reprobe_size)
+					    : MIN(wc->reprobe_size,
+						  WAKE_COPY_FIRST_REPROBE * wc->probe_size);
 }
 
 void wake_copy_segment_close(struct wake_copy *wc, double now_s, double gbps_override)

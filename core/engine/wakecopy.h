@@ -12,9 +12,10 @@
  * device's wake times its first wake_copy_probe_bytes (64 MiB) on the copy
  * engines, the next as many with the kernel (a device's first wake only:
  * later ones reuse that rate), and copies the rest with the faster (wake_copy_choose(): the kernel only when clearly faster). Having
- * chosen the kernel it times the copy engines again every
- * wake_copy_reprobe_bytes (4 GiB) the kernel copied, and goes back to them
- * once the scrub is over.
+ * chosen the kernel it times the copy engines again after 512 MiB of the
+ * kernel, then after twice as much each time the kernel stays, up to every
+ * wake_copy_reprobe_bytes (4 GiB), and goes back to them once the scrub is
+ * over.
  *
  * A probe is timed on the host: the pipeline is drained before it starts
  * and when it ends (also at each chunk's end, so that waiting for the next
@@ -35,6 +36,13 @@
  * copy at the same PCIe limit when the copy engines are free, so a small
  * difference is noise. */
 #define WAKE_COPY_KERNEL_MARGIN 1.15
+/* Once the kernel is chosen, the copy engines are timed again after this
+ * many probes' bytes of the kernel (512 MiB by default), then after twice
+ * as many each time the kernel stays, up to wake_copy_reprobe_bytes: our
+ * own sleep's release makes the driver scrub too, and that scrub is over
+ * within milliseconds (on the H200 a wake right after a sleep of 16 GiB
+ * copied 4 GiB by the kernel before it looked again, 8 ms lost). */
+#define WAKE_COPY_FIRST_REPROBE 8
 
 enum wake_copy_mode {
 	WAKE_COPY_AUTO,
@@ -62,6 +70,7 @@ struct wake_copy {
 	uint64_t probe_left, probe_bytes;
 	double probe_s, segment_start;
 	uint64_t since_choice; /* bytes copied by the kernel since the choice */
+	uint64_t reprobe_after; /* since_choice that times the engines again */
 	double engine_gbps, kernel_gbps;
 	unsigned probes;
 	uint64_t bytes_engine, bytes_kernel;

@@ -176,6 +176,37 @@ Test(wake_copy, auto_times_the_engines_again)
 	dormant_destroy(m);
 }
 
+/* The kernel chosen, the copy engines are timed again soon, then less
+ * often while the kernel stays: after 8 probes' bytes, then 16 (here at
+ * most 16 MiB, wake_copy_reprobe_bytes). */
+Test(wake_copy, auto_times_the_engines_again_soon_then_less_often)
+{
+	struct dormant_report rep;
+	struct dormant *m;
+	void *w;
+
+	setenv("DORMANT_HOST_COPY_GBPS", "28,28,28:50", 1);
+	m = manager_from("host_mode=retain,skip_unchanged=false,chunk_bytes=4MiB,copy_threads=2,"
+			 "pin_piece_bytes=1MiB,wake_copy=auto,wake_copy_probe_bytes=1MiB,"
+			 "wake_copy_reprobe_bytes=16MiB");
+	unsetenv("DORMANT_HOST_COPY_GBPS");
+	if (!on_host(m)) {
+		dormant_destroy(m);
+		cr_skip_test("the probes' rates come from the simulated device");
+	}
+	w = alloc_tag(m, "weights", 30 * MiB);
+	fill(m, w, 30 * MiB, 78);
+	cycle(m, &rep);
+	cr_expect(holds(m, w, 30 * MiB, 78));
+	cr_expect_str_eq(rep.wake_copy.method, "kernel");
+	/* 1 + 1 probed (engines, kernel), 8 by the kernel, 1 probed, 16 by the kernel, 1 probed,
+	 * the last 2 by the kernel */
+	cr_expect_eq(rep.wake_copy.probes, 4, "%u probes, %llu + %llu", rep.wake_copy.probes, (unsigned long long)rep.wake_copy.bytes_engine, (unsigned long long)rep.wake_copy.bytes_kernel);
+	cr_expect_eq(rep.wake_copy.bytes_engine, 3 * MiB);
+	cr_expect_eq(rep.wake_copy.bytes_kernel, 27 * MiB);
+	dormant_destroy(m);
+}
+
 /* The kernel's rate, measured by a device's first wake, is kept: later
  * wakes time only the copy engines (one probe) and choose by both rates. */
 Test(wake_copy, later_wakes_time_only_the_engines)
