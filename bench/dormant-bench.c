@@ -185,7 +185,7 @@ static void usage(FILE *f)
 	      "  --staging SIZE      pinned staging ring for host copies that stay unpinned\n"
 	      "                      (pinning failed, or DORMANT_PIN_HOST=0); default the library's\n"
 	      "  --copy-threads N    host threads that fault in host copies and do the host side\n"
-	      "                      of staged copies; default the library's (CPUs, at most 8)\n"
+	      "                      of staged copies; default the library's (CPUs, at most 16)\n"
 	      "  --ceiling-reps N    repetitions of the ceiling copies (median); 0 skips; default 3\n"
 	      "  --seed N            seed of the sizes and the pattern; default 1\n"
 	      "  --label NAME        name of the run, stored in the JSON\n"

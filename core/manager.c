@@ -100,7 +100,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 		return r;
 	if (o.copy_threads == 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		o.copy_threads = (int)MAX(1L, MIN(cpus, 8L));
+		/* faulting in a release-mode sleep's fresh host copies bounds it:
+		 * on the H200 16 threads fault 16 GiB in 0.44 s, 8 in 0.60 s */
+		o.copy_threads = (int)MAX(1L, MIN(cpus, 16L));
 	}
 	if (!o.disk_dir[0]) {
 		const char *tmp = getenv("TMPDIR");

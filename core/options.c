@@ -84,7 +84,7 @@ static const struct option options[] = {
 	},
 	{
 		.name = "copy_threads", .type = OPTION_INT, .offset = FIELD(copy_threads),
-		.default_doc = "min(online CPUs, 8)", .min = 1, .max = 256,
+		.default_doc = "min(online CPUs, 16)", .min = 1, .max = 256,
 		.doc = "host threads that fault in fresh host copies and do the host side of "
 		       "unpinned copies",
 	},

@@ -19,7 +19,7 @@ struct dormant_options {
 	const char *host_mode;
 	size_t chunk_bytes;
 	int guard_timeout_ms;
-	int copy_threads; /* 0 after options_resolve(): min(online CPUs, 8) */
+	int copy_threads; /* 0 after options_resolve(): min(online CPUs, 16) */
 	size_t staging_bytes;
 	bool pin_host;
 	size_t pin_piece_bytes;
