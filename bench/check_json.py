@@ -86,6 +86,22 @@ def check_bench(bench, mode, keep, discard):
                 expect(c[kind]["gbps"] > 0 and c[kind]["ceiling_ratio"] > 0, f"{w}: {kind} rate")
             else:
                 expect(c[kind]["gbps"] is None, f"{w}: {kind} rate without kept bytes")
+        # what the process holds awake, as its users see it: reclaimable
+        # mode's copies are in RSS, as LazyFree (MADV_FREE, not taken yet)
+        proc = c["host"]["process_awake_settled"]
+        if "lazyfree_bytes" in proc and keep:
+            expect(proc["rss_bytes"] >= proc["lazyfree_bytes"], f"{w}: RSS holds LazyFree")
+            # (a few pages short: the kernel may split or take some)
+            if mode == "reclaimable":
+                expect(proc["lazyfree_bytes"] >= keep * 0.9,
+                       f"{w}: reclaimable copies are LazyFree")
+            else:
+                expect(proc["lazyfree_bytes"] < keep / 2, f"{w}: no LazyFree copies in {mode} mode")
+        if keep:
+            wc = c["wake"]["wake_copy"]
+            expect(wc["method"] in ("engine", "kernel", "mixed"), f"{w}: wake copy method")
+            expect(wc["bytes_engine"] + wc["bytes_kernel"] == c["wake"]["bytes_copied"],
+                   f"{w}: wake copy bytes by method")
         if mode == "retain":
             expect(c["host"]["awake_settled_bytes"] >= keep, f"{w}: retained copies")
         else:
@@ -135,7 +151,7 @@ def main():
         print("ok: dormant-bench fails on a changed byte, with the check's message")
         return
     bench, probe = sys.argv[1], sys.argv[2]
-    for mode in ("retain", "release"):
+    for mode in ("retain", "release", "reclaimable"):
         check_bench(bench, mode, KEEP, DISCARD)
     check_bench(bench, "release", 0, DISCARD)
     check_probe(probe)

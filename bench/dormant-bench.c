@@ -110,8 +110,19 @@ struct sample {
 	struct dormant_wake_copy wake_copy; /* a wake: what copied (option wake_copy) */
 };
 
+/* Host memory of the process the way its users look at it (issue 24):
+ * RSS, and of it LazyFree (MADV_FREE pages the kernel has not taken yet:
+ * reclaimable mode's host copies while awake), from /proc/self/smaps_rollup;
+ * the cgroup's memory.current (v2; v1: memory.usage_in_bytes). UINT64_MAX:
+ * not readable here. On the
+ * host backend the simulated device's memory is in RSS too. */
+struct process_memory {
+	uint64_t rss, lazyfree, cgroup;
+};
+
 struct cycle {
 	struct sample sleep, wake;
+	struct process_memory proc_asleep, proc_settled;
 	uint64_t managed_bytes;      /* device bytes of the manager, awake */
 	uint64_t free_awake_bytes;   /* GPU free before the sleep */
 	uint64_t free_asleep_bytes;  /* GPU free after it */
@@ -715,6 +726,95 @@ struct snapshot {
 	uint64_t host_bytes;    /* host copies + pinned staging */
 };
 
+/* "Name:   123 kB" lines of a /proc file: the named value in bytes. */
+static uint64_t proc_kb(const char *path, const char *name)
+{
+	char line[256];
+	size_t len = strlen(name);
+	uint64_t value = UINT64_MAX;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return UINT64_MAX;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, name, len) == 0 && line[len] == ':') {
+			unsigned long long kb;
+
+			if (sscanf(line + len + 1, "%llu", &kb) == 1)
+				value = (uint64_t)kb * 1024;
+			break;
+		}
+	fclose(f);
+	return value;
+}
+
+/* One number read from a file, or UINT64_MAX. */
+static uint64_t file_u64(const char *path)
+{
+	unsigned long long v;
+	uint64_t value = UINT64_MAX;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return UINT64_MAX;
+	if (fscanf(f, "%llu", &v) == 1)
+		value = v;
+	fclose(f);
+	return value;
+}
+
+/* This process's cgroup memory in use: v2's memory.current, else v1's
+ * memory.usage_in_bytes; UINT64_MAX when neither can be read. */
+static uint64_t cgroup_memory_current(void)
+{
+	char line[512], path[600];
+	uint64_t v2 = UINT64_MAX, v1 = UINT64_MAX;
+	FILE *f = fopen("/proc/self/cgroup", "r");
+
+	if (!f)
+		return UINT64_MAX;
+	while (fgets(line, sizeof(line), f)) {
+		char *at = strchr(line, ':');
+		char *rel = at ? strchr(at + 1, ':') : NULL;
+
+		if (!rel)
+			continue;
+		*rel++ = '\0';
+		rel[strcspn(rel, "\n")] = '\0';
+		if (strcmp(rel, "/") == 0)
+			rel = "";
+		if (strcmp(at + 1, "") == 0 && strncmp(line, "0", 1) == 0) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", rel);
+			v2 = file_u64(path);
+		} else if (strcmp(at + 1, "memory") == 0) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes",
+				 rel);
+			v1 = file_u64(path);
+			if (v1 == UINT64_MAX) /* a namespace shows its own root only */
+				v1 = file_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+		}
+	}
+	fclose(f);
+	return v2 != UINT64_MAX ? v2 : v1;
+}
+
+/* "1.23 GiB", or "-" where unreadable; into buf (32 bytes). */
+static const char *gib_or_none(uint64_t bytes, char *buf)
+{
+	if (bytes == UINT64_MAX)
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, "%.2f GiB", (double)bytes / (double)GiB);
+	return buf;
+}
+
+static void process_memory_read(struct process_memory *ret)
+{
+	ret->rss = proc_kb("/proc/self/smaps_rollup", "Rss");
+	ret->lazyfree = proc_kb("/proc/self/smaps_rollup", "LazyFree");
+	ret->cgroup = cgroup_memory_current();
+}
+
 static int snapshot_take(struct bench *b, struct snapshot *ret)
 {
 	const struct dormant_stats *s = b->stats;
@@ -942,8 +1042,10 @@ static int cycle_run(struct bench *b, struct cycle *c)
 	double cpu, start;
 
 	if (snapshot_take(b, &awake) < 0 || transition(b, true, &c->sleep) < 0 ||
-	    snapshot_take(b, &asleep) < 0 || transition(b, false, &c->wake) < 0 ||
-	    snapshot_take(b, &woken) < 0)
+	    snapshot_take(b, &asleep) < 0)
+		return -1;
+	process_memory_read(&c->proc_asleep);
+	if (transition(b, false, &c->wake) < 0 || snapshot_take(b, &woken) < 0)
 		return -1;
 	/* Release mode gives host copies back on a worker thread after the
 	 * wake returns: wait for that, and count it apart. */
@@ -961,6 +1063,7 @@ static int cycle_run(struct bench *b, struct cycle *c)
 	c->host_asleep_bytes = asleep.host_bytes;
 	c->host_awake_bytes = woken.host_bytes;
 	c->host_settled_bytes = settled.host_bytes;
+	process_memory_read(&c->proc_settled);
 	return 0;
 }
 
@@ -1155,6 +1258,17 @@ static void table_print(const struct bench *b, const struct medians *md)
 		       i == 0 ? "cold" : "last", w->method, (double)w->bytes_engine / GiB,
 		       (double)w->bytes_kernel / GiB, w->probes, w->engine_gbps, w->kernel_gbps);
 	}
+	if (b->cycles_done) {
+		const struct cycle *c = &b->cycles[b->cycles_done - 1];
+		char t[6][32];
+
+		printf("process host memory, last cycle: asleep RSS %s (LazyFree %s), cgroup %s; "
+		       "awake, settled: RSS %s (LazyFree %s), cgroup %s\n",
+		       gib_or_none(c->proc_asleep.rss, t[0]), gib_or_none(c->proc_asleep.lazyfree, t[1]),
+		       gib_or_none(c->proc_asleep.cgroup, t[2]), gib_or_none(c->proc_settled.rss, t[3]),
+		       gib_or_none(c->proc_settled.lazyfree, t[4]),
+		       gib_or_none(c->proc_settled.cgroup, t[5]));
+	}
 	printf("(median: of the %u warm cycles; GB/s: kept bytes per second, 1e9 bytes; ceil "
 	       "ratio: to the pinned copy ceiling; GPU back: device bytes freed by sleep / bytes "
 	       "managed; host: copies + pinned staging; settled: after background frees)\n",
@@ -1167,6 +1281,18 @@ static void table_print(const struct bench *b, const struct medians *md)
 		printf(" %s discarded bytes read zero;",
 		       bytes_human(b->verified_zero_bytes, discard, sizeof(discard)));
 	printf("\n");
+}
+
+static void json_process(struct json *j, const char *key, const struct process_memory *pm)
+{
+	json_object_begin(j, key);
+	if (pm->rss != UINT64_MAX)
+		json_u64(j, "rss_bytes", pm->rss);
+	if (pm->lazyfree != UINT64_MAX)
+		json_u64(j, "lazyfree_bytes", pm->lazyfree);
+	if (pm->cgroup != UINT64_MAX)
+		json_u64(j, "cgroup_memory_current_bytes", pm->cgroup);
+	json_object_end(j);
 }
 
 static void json_sample(struct json *j, const char *key, const struct sample *s, double gbps,
@@ -1318,6 +1444,8 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 		json_u64(&j, "awake_settled_bytes", cy->host_settled_bytes);
 		json_double(&j, "settle_s", cy->settle_s);
 		json_double(&j, "settle_cpu_s", cy->settle_cpu_s);
+		json_process(&j, "process_asleep", &cy->proc_asleep);
+		json_process(&j, "process_awake_settled", &cy->proc_settled);
 		json_object_end(&j);
 		json_object_end(&j);
 	}
