@@ -128,6 +128,40 @@ Test(checksum, device_matches_cpu)
 	dormant_destroy(m);
 }
 
+/* Large ranges: the simulated device hashes them in slices on several
+ * threads (4 MiB and up); the sum of the slices is the CPU's hash of the
+ * whole, whatever the start and the length. */
+Test(checksum, device_matches_cpu_on_large_ranges)
+{
+	struct dormant *m = manager();
+	size_t size = 21 * MiB;
+	uint8_t *host = malloc(size);
+	void *dev = NULL;
+	static const size_t starts[] = { 0, 3, 8, 4 * MiB + 1 };
+	static const size_t lens[] = { 8 * MiB, 8 * MiB + 13, 12 * MiB + 5, 16 * MiB + 7 };
+
+	cr_assert_not_null(host);
+	cr_assert_eq(dormant_alloc(m, "w", size, &dev), 0, "%s", dormant_last_error());
+	fill(m, dev, size, 12);
+	pattern_make(host, 0, size, 12);
+	for (size_t s = 0; s < sizeof(starts) / sizeof(starts[0]); s++)
+		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+			uint64_t got[2], want[2], offset = starts[s] * 5 + lens[l];
+
+			cr_assert_eq(dormant_debug_checksum(m, (char *)dev + starts[s], lens[l],
+							    offset, got),
+				     0, "%s", dormant_last_error());
+			dormant_checksum(host + starts[s], lens[l], offset, want);
+			cr_expect(got[0] == want[0] && got[1] == want[1],
+				  "%zu bytes at +%zu: device %016llx%016llx, cpu %016llx%016llx",
+				  lens[l], starts[s], (unsigned long long)got[0],
+				  (unsigned long long)got[1], (unsigned long long)want[0],
+				  (unsigned long long)want[1]);
+		}
+	free(host);
+	dormant_destroy(m);
+}
+
 /* ---- verification after wake ------------------------------------------- */
 
 static void *alloc_keep(struct dormant *m, const char *tag, size_t size)
