@@ -582,7 +582,8 @@ struct dormant_warmup_stats {
 	uint64_t failures;       /* runs that failed (a sleep then does the work) */
 	uint64_t cancelled;      /* runs a sleep or wake stopped early */
 	uint64_t device_setups;  /* devices set up so far, by a warm-up or a transition */
-	uint64_t host_bytes;     /* host copies it prepared, in total (retain mode) */
+	uint64_t host_bytes;     /* host copies it prepared, in total (retain and
+				  * reclaimable modes) */
 	double seconds_total;    /* time its runs took */
 	int last_result;         /* of the last run: 0 or a negative errno */
 	char last_error[DORMANT_ERROR_MAX];
@@ -692,7 +693,9 @@ DORMANT_EXPORT int dormant_checksum(const void *p, size_t size, uint64_t offset,
  * the driver) and, where copies go unpinned, the staging ring; in retain mode
  * (with option warmup=auto) also the host copies of the kept allocations
  * awake now, allocated, faulted in and pinned: the host memory retain mode
- * holds from the first sleep on, held from now (it counts in host_bytes).
+ * holds from the first sleep on, held from now (it counts in host_bytes); in
+ * reclaimable mode the same copies faulted in and handed to the kernel
+ * (MADV_FREE), unpinned and not counted, as a wake leaves them.
  * What the manager also does in the background once allocations settle
  * (option warmup, warmup_settle_ms); this call waits for a background run
  * first, and works with warmup=off too.

@@ -200,9 +200,9 @@ static const struct option options[] = {
 		.default_value = "auto", .env = "DORMANT_WARMUP",
 		.values = VALUES("auto", "device", "off"),
 		.doc = "set up in the background, once allocations settle, what the first sleep "
-		       "would: device streams and the checksum kernel (device), and in retain "
-		       "mode also the kept memory's pinned host copies (auto); off: the first "
-		       "sleep does it",
+		       "would: device streams and the checksum kernel (device), and also the "
+		       "kept memory's host copies, pinned in retain mode, faulted in and "
+		       "reclaimable in reclaimable mode (auto); off: the first sleep does it",
 	},
 	{
 		.name = "warmup_settle_ms", .type = OPTION_INT, .offset = FIELD(warmup_settle_ms),

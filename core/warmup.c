@@ -9,7 +9,7 @@
 #include "manager.h"
 #include "prepare.h"
 
-/* ---- host copies (retain mode) ------------------------------------------- */
+/* ---- host copies (retain and reclaimable modes) --------------------------- */
 
 /* The size of the host copy a sleep would give chunk c of a now (its plan's
  * kept bytes). Called with m->lock. 0: nothing to keep, or no memory to
@@ -64,9 +64,11 @@ static bool next_chunk(struct dormant *m, struct alloc **ret_alloc, struct chunk
 }
 
 /* Prepare the host copies of awake kept chunks, one chunk at a time, until
- * none is left, a transition asks to stop, or a step fails. Called with
- * m->lock, which it drops around each chunk's work. */
-static int host_copies(struct dormant *m)
+ * none is left, a transition asks to stop, or a step fails: pinned (retain
+ * mode, counted in host_bytes) or reclaimable (faulted in and handed to the
+ * kernel, not counted: reclaimable mode's host copies while awake). Called
+ * with m->lock, which it drops around each chunk's work. */
+static int host_copies(struct dormant *m, bool reclaimable)
 {
 	struct warmup *w = &m->warmup;
 
@@ -90,7 +92,8 @@ static int host_copies(struct dormant *m)
 		log_write(&m->log, DORMANT_LOG_DEBUG,
 			  "warm-up: preparing the %zu-byte host copy of a chunk of tag '%s'", kept,
 			  tag);
-		r = prep_host_copy(&m->engine, kept, &fresh);
+		r = reclaimable ? prep_host_reclaimable(&m->engine, kept, &fresh)
+				: prep_host_copy(&m->engine, kept, &fresh);
 		pthread_mutex_lock(&m->lock);
 		a->in_transition = false;
 		gone = a->doomed;
@@ -104,7 +107,8 @@ static int host_copies(struct dormant *m)
 			}
 			c->host = fresh;
 			c->host_valid = false;
-			engine_account_host(&a->tag->held, (int64_t)fresh.size);
+			if (!fresh.reclaimable) /* reclaimable: held by the kernel's leave */
+				engine_account_host(&a->tag->held, (int64_t)fresh.size);
 			w->stats.host_bytes += fresh.size;
 			attached = true;
 		}
@@ -132,8 +136,9 @@ static int run_locked(struct dormant *m)
 	struct warmup *w = &m->warmup;
 	bool devices[DORMANT_DEVICES_MAX];
 	double start = now_monotonic_s();
+	enum dormant_host_mode mode = atomic_load(&m->host_mode);
 	bool host = w->mode != WARMUP_DEVICE &&
-		    atomic_load(&m->host_mode) == DORMANT_HOST_RETAIN;
+		    (mode == DORMANT_HOST_RETAIN || mode == DORMANT_HOST_RECLAIMABLE);
 	int r = 0;
 
 	w->running = true;
@@ -155,7 +160,7 @@ static int run_locked(struct dormant *m)
 	}
 	pthread_mutex_lock(&m->lock);
 	if (r == 0 && host)
-		r = host_copies(m);
+		r = host_copies(m, mode == DORMANT_HOST_RECLAIMABLE);
 	w->running = false;
 	w->stats.runs++;
 	w->stats.seconds_total += now_monotonic_s() - start;

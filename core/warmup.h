@@ -4,9 +4,11 @@
  * background once allocations settle (option warmup, warmup_settle_ms) or
  * when asked (dormant_warm_up()). Per device with managed memory: the copy
  * streams and events, the checksum kernel, the staging ring where copies go
- * unpinned (engine_device_setup()); in retain mode with warmup=auto also the
- * host copies of awake kept chunks, allocated, faulted in and pinned one
- * chunk at a time (prep_host_copy()), which a sleep then uses as they are.
+ * unpinned (engine_device_setup()); with warmup=auto also the host copies of
+ * awake kept chunks, one chunk at a time: in retain mode allocated, faulted
+ * in and pinned (prep_host_copy()), which a sleep then uses as they are; in
+ * reclaimable mode faulted in and handed to the kernel unpinned
+ * (prep_host_reclaimable()), which a sleep reuses as after a wake.
  *
  * One at a time with transitions: a run holds the engine (warmup.running,
  * under the manager lock) and starts only while no transition runs; a
@@ -30,7 +32,7 @@ struct dormant;
 enum warmup_mode {
 	WARMUP_OFF,
 	WARMUP_DEVICE, /* devices only */
-	WARMUP_AUTO,   /* devices, and host copies in retain mode */
+	WARMUP_AUTO,   /* devices, and host copies in retain and reclaimable modes */
 };
 
 /* Everything below but cancel: under the manager lock. */

@@ -41,6 +41,24 @@ int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret)
 	return 0;
 }
 
+int prep_host_reclaimable(struct engine *e, size_t kept, struct hostbuf *ret)
+{
+	struct hostbuf hb = { 0 };
+	int r;
+
+	r = hostbuf_alloc(e->backend, kept, &hb);
+	if (r < 0)
+		return r;
+	hostbuf_touch(e->workers, &hb);
+	r = hostbuf_make_reclaimable(e->backend, &hb);
+	if (r != 0) { /* dropped at once (1), or still resident: no use */
+		hostbuf_free(e->backend, &hb);
+		return r < 0 ? r : error_set(-EOPNOTSUPP, "%s", dormant_last_error());
+	}
+	*ret = hb;
+	return 0;
+}
+
 /* A buffer of the plan's size, pinned where the engine pins, and not one the
  * kernel may have taken pages of (host mode reclaimable). */
 static bool needs_host_buffer(const struct engine *e, const struct chunk *c)

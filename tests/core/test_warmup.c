@@ -131,7 +131,8 @@ Test(warmup, off_leaves_the_work_to_the_first_sleep)
 }
 
 /* dormant_warm_up() works with warmup=off too, and warmup=device never
- * prepares host copies; in release mode neither does auto. */
+ * prepares host copies; in release mode neither does auto (it holds none
+ * awake). */
 Test(warmup, device_mode_and_release_mode_hold_no_host_copies)
 {
 	static const char *const options[] = {
@@ -154,6 +155,35 @@ Test(warmup, device_mode_and_release_mode_hold_no_host_copies)
 		cr_expect_eq(stats(s.m)->warmup.device_setups, 1, "%s", options[i]);
 		dormant_destroy(s.m);
 	}
+}
+
+/* In reclaimable mode the warm-up prepares the host copies as a wake leaves
+ * them: faulted in, unpinned and handed to the kernel (MADV_FREE), not held
+ * (host_bytes 0), so that the first sleep reuses them instead of allocating
+ * and faulting in fresh memory. */
+Test(warmup, reclaimable_mode_prepares_reclaimable_copies_the_sleep_reuses)
+{
+	struct scene s = scene_from("host_mode=reclaimable,chunk_bytes=4MiB,staging_bytes=8MiB,"
+				    "copy_threads=2,warmup=off");
+	struct dormant_report rep;
+	uint64_t allocs = dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC);
+
+	cr_assert_eq(dormant_warm_up(s.m), 0, "%s", dormant_last_error());
+	cr_expect_eq(stats(s.m)->warmup.failures, 0, "%s", stats(s.m)->warmup.last_error);
+	cr_expect_eq(dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC) - allocs, 11,
+		     "one host copy per chunk: 10 of the big allocation, 1 of the slab");
+	cr_expect_geq(stats(s.m)->warmup.host_bytes, SIZE + SMALL, "what the warm-up prepared");
+	cr_expect_eq(stats(s.m)->host_bytes, 0, "reclaimable copies are not held awake");
+	allocs = dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC);
+	cycle(&s, &rep);
+	cr_expect_eq(dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC), allocs,
+		     "the sleep reused them: no host copy of its own");
+	cr_expect_eq(rep.bytes_copied, SIZE + SMALL);
+	cr_expect_eq(stats(s.m)->warmup.failures, 0);
+	/* and again: the wake left them reclaimable, as the warm-up did */
+	cycle(&s, &rep);
+	cr_expect_eq(dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC), allocs);
+	dormant_destroy(s.m);
 }
 
 /* A warm-up whose host allocation fails: counted and said, what it did not
