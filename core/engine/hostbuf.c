@@ -11,10 +11,25 @@
 
 #define HOSTBUF_ALIGN (2 * MiB)
 
-static void unpin_pieces(struct backend *b, char *ptr, size_t size, size_t piece)
+int hostbuf_pin_upto(struct backend *b, struct hostbuf *hb, size_t pin_piece, size_t *pinned,
+		     size_t end)
 {
-	for (size_t off = 0; off < size; off += piece)
-		b->ops->host_unpin(b, ptr + off);
+	end = MIN(end, hb->size);
+	while (*pinned < end) {
+		size_t len = MIN(pin_piece, hb->size - *pinned);
+		int r = b->ops->host_pin(b, (char *)hb->ptr + *pinned, len);
+
+		if (r < 0)
+			return r;
+		*pinned += len;
+	}
+	return 0;
+}
+
+void hostbuf_unpin_first(struct backend *b, struct hostbuf *hb, size_t pin_piece, size_t pinned)
+{
+	for (size_t off = 0; off < pinned; off += pin_piece)
+		b->ops->host_unpin(b, (char *)hb->ptr + off);
 }
 
 int hostbuf_alloc(struct backend *b, size_t size, struct hostbuf *ret)
@@ -137,13 +152,10 @@ int hostbuf_pin(struct backend *b, struct hostbuf *hb, size_t pin_piece, unsigne
 			return 0;
 		}
 	}
-	for (; pinned < hb->size; pinned += pin_piece) {
-		r = b->ops->host_pin(b, (char *)hb->ptr + pinned, MIN(pin_piece, hb->size - pinned));
-		if (r < 0) {
-			for (size_t off = 0; off < pinned; off += pin_piece)
-				b->ops->host_unpin(b, (char *)hb->ptr + off);
-			return error_prefix(r, "pinning %zu bytes of host memory", hb->size);
-		}
+	r = hostbuf_pin_upto(b, hb, pin_piece, &pinned, hb->size);
+	if (r < 0) {
+		hostbuf_unpin_first(b, hb, pin_piece, pinned);
+		return error_prefix(r, "pinning %zu bytes of host memory", hb->size);
 	}
 	hb->pin_piece = pin_piece;
 	return 0;
@@ -154,7 +166,7 @@ int hostbuf_make_reclaimable(struct backend *b, struct hostbuf *hb)
 	int free_errno;
 
 	if (hb->pin_piece)
-		unpin_pieces(b, hb->ptr, hb->size, hb->pin_piece);
+		hostbuf_unpin_first(b, hb, hb->pin_piece, hb->size);
 	hb->pin_piece = 0;
 	hb->reclaimable = true;
 	if (madvise(hb->ptr, hb->size, MADV_FREE) == 0)
@@ -185,7 +197,7 @@ void hostbuf_free(struct backend *b, struct hostbuf *hb)
 	if (!hb->ptr)
 		return;
 	if (hb->pin_piece)
-		unpin_pieces(b, hb->ptr, hb->size, hb->pin_piece);
+		hostbuf_unpin_first(b, hb, hb->pin_piece, hb->size);
 	munmap(hb->ptr, hb->size);
 	memset(hb, 0, sizeof(*hb));
 }

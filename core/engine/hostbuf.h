@@ -53,6 +53,17 @@ void hostbuf_touch(struct workers *w, struct hostbuf *hb);
  * failure the buffer stays allocated and unpinned, every piece that was
  * pinned unpinned again. */
 int hostbuf_pin(struct backend *b, struct hostbuf *hb, size_t pin_piece, unsigned threads);
+/* Register hb's pieces of pin_piece bytes one after another, from *pinned
+ * (the bytes registered so far, from the start) until [0, end) is covered;
+ * *pinned grows with each piece. On failure the pieces registered stay so
+ * (hostbuf_unpin_first() undoes them) and hb->pin_piece is not touched: a
+ * sleep registers its host copy this way just ahead of its copies
+ * (pipeline.c), hostbuf_pin() all at once. */
+int hostbuf_pin_upto(struct backend *b, struct hostbuf *hb, size_t pin_piece, size_t *pinned,
+		     size_t end);
+/* Unregister the first pinned bytes of hb, registered in pieces of
+ * pin_piece bytes. */
+void hostbuf_unpin_first(struct backend *b, struct hostbuf *hb, size_t pin_piece, size_t pinned);
 /* Unpin and unmap; accepts an empty buffer, leaves it empty. Not with a
  * reclaim job pending (wait for it first). */
 void hostbuf_free(struct backend *b, struct hostbuf *hb);

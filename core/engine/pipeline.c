@@ -185,23 +185,14 @@ struct pin_ahead {
 /* Register the pieces of pa's buffer that hold [0, end). */
 static int pin_through(struct pipeline *p, struct pin_ahead *pa, size_t end)
 {
-	struct backend *b = p->e->backend;
 	double start = now_monotonic_s();
-	int r = 0;
+	int r = hostbuf_pin_upto(p->e->backend, pa->hb, pa->piece, &pa->done, end);
 
-	end = MIN(end, pa->hb->size);
-	while (pa->done < end) {
-		size_t len = MIN(pa->piece, pa->hb->size - pa->done);
-
-		r = b->ops->host_pin(b, (char *)pa->hb->ptr + pa->done, len);
-		if (r < 0) {
-			pa->failed = true;
-			r = error_prefix(r, "pinning %zu bytes of host memory", pa->hb->size);
-			break;
-		}
-		pa->done += len;
-	}
 	engine_time_add(&p->e->host_pin_ns, start);
+	if (r < 0) {
+		pa->failed = true;
+		r = error_prefix(r, "pinning %zu bytes of host memory", pa->hb->size);
+	}
 	return r;
 }
 
@@ -210,15 +201,13 @@ static int pin_through(struct pipeline *p, struct pin_ahead *pa, size_t end)
  * were registered and leave the buffer unpinned. */
 static int pin_undo(struct pipeline *p, struct pin_ahead *pa, bool finish)
 {
-	struct backend *b = p->e->backend;
 	int r = 0;
 
 	if (finish)
 		r = pipeline_drain(p);
 	if (!finish || r < 0)
 		pipeline_abort(p); /* no copy may still use a piece */
-	for (size_t off = 0; off < pa->done; off += pa->piece)
-		b->ops->host_unpin(b, (char *)pa->hb->ptr + off);
+	hostbuf_unpin_first(p->e->backend, pa->hb, pa->piece, pa->done);
 	pa->done = 0;
 	pa->hb->pin_piece = 0;
 	return r;
