@@ -92,8 +92,7 @@ static int host_copies(struct dormant *m, bool reclaimable)
 		log_write(&m->log, DORMANT_LOG_DEBUG,
 			  "warm-up: preparing the %zu-byte host copy of a chunk of tag '%s'", kept,
 			  tag);
-		r = reclaimable ? prep_host_reclaimable(&m->engine, kept, &fresh)
-				: prep_host_copy(&m->engine, kept, &fresh);
+		r = prep_host_copy(&m->engine, kept, reclaimable, &fresh);
 		pthread_mutex_lock(&m->lock);
 		a->in_transition = false;
 		gone = a->doomed;

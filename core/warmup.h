@@ -6,9 +6,9 @@
  * streams and events, the checksum kernel, the staging ring where copies go
  * unpinned (engine_device_setup()); with warmup=auto also the host copies of
  * awake kept chunks, one chunk at a time: in retain mode allocated, faulted
- * in and pinned (prep_host_copy()), which a sleep then uses as they are; in
- * reclaimable mode faulted in and handed to the kernel unpinned
- * (prep_host_reclaimable()), which a sleep reuses as after a wake.
+ * in and pinned, which a sleep then uses as they are; in reclaimable mode
+ * faulted in and handed to the kernel unpinned, which a sleep reuses as
+ * after a wake (prep_host_copy()).
  *
  * One at a time with transitions: a run holds the engine (warmup.running,
  * under the manager lock) and starts only while no transition runs; a

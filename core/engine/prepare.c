@@ -21,7 +21,7 @@ static bool host_buffer_fits(const struct chunk *c)
 	return prep_host_fits(&c->host, c->plan.kept);
 }
 
-int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret)
+int prep_host_copy(struct engine *e, size_t kept, bool reclaimable, struct hostbuf *ret)
 {
 	struct hostbuf hb = { 0 };
 	int r;
@@ -29,31 +29,18 @@ int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret)
 	r = hostbuf_alloc(e->backend, kept, &hb);
 	if (r < 0)
 		return r;
-	if (e->pin_host) {
+	if (reclaimable || e->pin_host)
 		hostbuf_touch(e->workers, &hb);
+	if (reclaimable) {
+		r = hostbuf_make_reclaimable(e->backend, &hb);
+		if (r > 0) /* dropped at once: no use */
+			r = error_set(-EOPNOTSUPP, "%s", dormant_last_error());
+	} else if (e->pin_host) {
 		r = hostbuf_pin(e->backend, &hb, e->pin_piece, e->pin_threads);
-		if (r < 0) {
-			hostbuf_free(e->backend, &hb);
-			return r;
-		}
 	}
-	*ret = hb;
-	return 0;
-}
-
-int prep_host_reclaimable(struct engine *e, size_t kept, struct hostbuf *ret)
-{
-	struct hostbuf hb = { 0 };
-	int r;
-
-	r = hostbuf_alloc(e->backend, kept, &hb);
-	if (r < 0)
-		return r;
-	hostbuf_touch(e->workers, &hb);
-	r = hostbuf_make_reclaimable(e->backend, &hb);
-	if (r != 0) { /* dropped at once (1), or still resident: no use */
+	if (r < 0) {
 		hostbuf_free(e->backend, &hb);
-		return r < 0 ? r : error_set(-EOPNOTSUPP, "%s", dormant_last_error());
+		return r;
 	}
 	*ret = hb;
 	return 0;

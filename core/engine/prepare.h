@@ -51,13 +51,12 @@ void prep_finish(struct prep *p);
 bool prep_host_fits(const struct hostbuf *hb, size_t kept);
 /* A host copy of kept bytes ahead of any sleep (the warm-up): allocated,
  * and where the engine pins, faulted in and pinned; a sleep that finds it
- * fitting uses it as it is. On failure nothing stays allocated. */
-int prep_host_copy(struct engine *e, size_t kept, struct hostbuf *ret);
-/* The same for host mode reclaimable: allocated, faulted in (paying the
- * fresh pages' clearing and, the first time, the kernel's compaction for
- * huge pages) and handed to the kernel with MADV_FREE, unpinned: the state
- * a wake leaves a host copy in, which the next sleep reuses where the kernel
- * left it. -EOPNOTSUPP where MADV_FREE fails; nothing stays allocated then. */
-int prep_host_reclaimable(struct engine *e, size_t kept, struct hostbuf *ret);
+ * fitting uses it as it is. reclaimable (host mode reclaimable): faulted in
+ * (paying the fresh pages' clearing and, the first time, the kernel's
+ * compaction for huge pages) and handed to the kernel with MADV_FREE,
+ * unpinned: the state a wake leaves a host copy in, which the next sleep
+ * reuses where the kernel left it; -EOPNOTSUPP where MADV_FREE fails. On
+ * failure nothing stays allocated. */
+int prep_host_copy(struct engine *e, size_t kept, bool reclaimable, struct hostbuf *ret);
 
 #endif
