@@ -146,11 +146,6 @@ def _order_key(group):
         return [1, 0, group.name]
 
 
-def rebind(old, new, keep=()):
-    """rebind_many() for one group."""
-    return rebind_many([(old, new)], keep)
-
-
 def rebind_many(pairs, keep=()):
     """Point the dicts, lists, closure cells and objects' attributes that
     refer to an old group of pairs ((old, new), ...) at its new one; returns
@@ -244,13 +239,14 @@ def rebind_wrappers(pg_type, renamed, seen, keep=()):
     A C++ group can have more than one Python object: PyTorch hands out a
     new one for it where the first was not alive at the time (seen with
     Megatron-core's distributed-optimizer group, held by its DDP buffers and
-    bucket groups, on the H200). rebind() follows the object c10d keeps, so
-    those stayed with the destroyed group and the next collective failed on
-    an aborted communicator. Here the process's objects, and the values of
+    bucket groups, on the H200). rebind_many() follows the object c10d
+    keeps, so those stayed with the destroyed group and the next collective
+    failed on an aborted communicator. Here the process's objects, and the values of
     its dicts, lists and closure cells, are searched for objects of the
     group's type that are not in seen (ids: pg_map's groups, and the old
-    objects rebind() followed already) and whose name is a destroyed group's
-    (renamed: name -> new group); each is rebound as rebind() does. Returns
+    objects rebind_many() followed already) and whose name is a destroyed
+    group's (renamed: name -> new group); each is rebound as rebind_many()
+    does. Returns
     (rebound, left)."""
     if not renamed:
         return 0, 0
