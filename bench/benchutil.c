@@ -203,23 +203,31 @@ double process_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-static uint64_t meminfo_field(const char *name)
+void proc_kib_fields(const char *path, const char *const *names, uint64_t *out, size_t n)
 {
 	char line[256];
-	size_t len = strlen(name);
-	uint64_t kib = 0;
-	FILE *f = fopen("/proc/meminfo", "r");
+	FILE *f = fopen(path, "r");
 
+	for (size_t i = 0; i < n; i++)
+		out[i] = UINT64_MAX;
 	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, name, len) == 0 && line[len] == ':') {
-			kib = strtoull(line + len + 1, NULL, 10);
-			break;
+		return;
+	while (fgets(line, sizeof(line), f))
+		for (size_t i = 0; i < n; i++) {
+			size_t len = strlen(names[i]);
+
+			if (strncmp(line, names[i], len) == 0 && line[len] == ':')
+				out[i] = strtoull(line + len + 1, NULL, 10) * 1024;
 		}
-	}
 	fclose(f);
-	return kib * 1024;
+}
+
+static uint64_t meminfo_field(const char *name)
+{
+	uint64_t bytes;
+
+	proc_kib_fields("/proc/meminfo", &name, &bytes, 1);
+	return bytes == UINT64_MAX ? 0 : bytes;
 }
 
 uint64_t host_mem_total(void)

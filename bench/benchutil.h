@@ -50,6 +50,10 @@ double median(const double *values, size_t count);
 /* User plus system CPU seconds of the whole process (all threads). */
 double process_cpu_s(void);
 
+/* The "Name:   123 kB" fields names[0..n) of a /proc file (meminfo,
+ * smaps_rollup) in bytes, read at once; UINT64_MAX for one not there (or
+ * the file unreadable). */
+void proc_kib_fields(const char *path, const char *const *names, uint64_t *out, size_t n);
 /* MemTotal and MemAvailable of /proc/meminfo in bytes; 0 if unknown. */
 uint64_t host_mem_total(void);
 uint64_t host_mem_available(void);

@@ -726,28 +726,6 @@ struct snapshot {
 	uint64_t host_bytes;    /* host copies + pinned staging */
 };
 
-/* "Name:   123 kB" lines of a /proc file: the named value in bytes. */
-static uint64_t proc_kb(const char *path, const char *name)
-{
-	char line[256];
-	size_t len = strlen(name);
-	uint64_t value = UINT64_MAX;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return UINT64_MAX;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, name, len) == 0 && line[len] == ':') {
-			unsigned long long kb;
-
-			if (sscanf(line + len + 1, "%llu", &kb) == 1)
-				value = (uint64_t)kb * 1024;
-			break;
-		}
-	fclose(f);
-	return value;
-}
-
 /* One number read from a file, or UINT64_MAX. */
 static uint64_t file_u64(const char *path)
 {
@@ -810,8 +788,12 @@ static const char *gib_or_none(uint64_t bytes, char *buf)
 
 static void process_memory_read(struct process_memory *ret)
 {
-	ret->rss = proc_kb("/proc/self/smaps_rollup", "Rss");
-	ret->lazyfree = proc_kb("/proc/self/smaps_rollup", "LazyFree");
+	static const char *const names[] = { "Rss", "LazyFree" };
+	uint64_t v[2];
+
+	proc_kib_fields("/proc/self/smaps_rollup", names, v, 2);
+	ret->rss = v[0];
+	ret->lazyfree = v[1];
 	ret->cgroup = cgroup_memory_current();
 }
 

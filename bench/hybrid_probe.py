@@ -214,10 +214,7 @@ class Probe:
 
     def run(self, pin, stage, inline=False):
         lock = threading.Lock()
-        state = {"front": 0, "back": len(self.pieces) if pin else 0, "pin_done": False}
-        if not pin:
-            state["back"] = len(self.pieces)
-            state["front"] = 0
+        state = {"front": 0, "back": len(self.pieces), "pin_done": False}
         result = {}
         t = time.perf_counter()
         if pin and stage:
