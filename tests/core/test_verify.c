@@ -93,26 +93,23 @@ Test(checksum, one_changed_byte_changes_both_lanes)
 	cr_expect(a[0] != b[0] && a[1] != b[1]);
 }
 
-/* The backend's hash (the PTX kernel on CUDA) of device memory against the
- * CPU's of the same bytes: lengths around words and tiles (64 KiB), starts
- * not aligned, several tiles. */
-Test(checksum, device_matches_cpu)
+/* The backend's hash of size bytes of device memory (filled with seed) at
+ * each start and of each length, against the CPU's of the same bytes; the
+ * range's offset in its chunk is start * mul + length. */
+static void expect_device_matches_cpu(size_t size, uint64_t seed, const size_t *starts,
+				      size_t nstarts, const size_t *lens, size_t nlens, size_t mul)
 {
 	struct dormant *m = manager();
-	size_t size = 3 * MiB;
 	uint8_t *host = malloc(size);
 	void *dev = NULL;
-	static const size_t starts[] = { 0, 1, 3, 8, 4096, 65535, 65536 + 5 };
-	static const size_t lens[] = { 0, 1, 7, 8, 9, 63, 4096, 65535, 65536, 65537,
-				       3 * 65536 + 13, MiB, 2 * MiB + 1 };
 
 	cr_assert_not_null(host);
 	cr_assert_eq(dormant_alloc(m, "w", size, &dev), 0, "%s", dormant_last_error());
-	fill(m, dev, size, 11);
-	pattern_make(host, 0, size, 11);
-	for (size_t s = 0; s < sizeof(starts) / sizeof(starts[0]); s++)
-		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
-			uint64_t got[2], want[2], offset = starts[s] * 3 + lens[l];
+	fill(m, dev, size, seed);
+	pattern_make(host, 0, size, seed);
+	for (size_t s = 0; s < nstarts; s++)
+		for (size_t l = 0; l < nlens; l++) {
+			uint64_t got[2], want[2], offset = starts[s] * mul + lens[l];
 
 			cr_assert_eq(dormant_debug_checksum(m, (char *)dev + starts[s], lens[l],
 							    offset, got),
@@ -128,38 +125,29 @@ Test(checksum, device_matches_cpu)
 	dormant_destroy(m);
 }
 
+/* The backend's hash (the PTX kernel on CUDA) of device memory against the
+ * CPU's of the same bytes: lengths around words and tiles (64 KiB), starts
+ * not aligned, several tiles. */
+Test(checksum, device_matches_cpu)
+{
+	static const size_t starts[] = { 0, 1, 3, 8, 4096, 65535, 65536 + 5 };
+	static const size_t lens[] = { 0, 1, 7, 8, 9, 63, 4096, 65535, 65536, 65537,
+				       3 * 65536 + 13, MiB, 2 * MiB + 1 };
+
+	expect_device_matches_cpu(3 * MiB, 11, starts, sizeof(starts) / sizeof(starts[0]), lens,
+				  sizeof(lens) / sizeof(lens[0]), 3);
+}
+
 /* Large ranges: the simulated device hashes them in slices on several
  * threads (4 MiB and up); the sum of the slices is the CPU's hash of the
  * whole, whatever the start and the length. */
 Test(checksum, device_matches_cpu_on_large_ranges)
 {
-	struct dormant *m = manager();
-	size_t size = 21 * MiB;
-	uint8_t *host = malloc(size);
-	void *dev = NULL;
 	static const size_t starts[] = { 0, 3, 8, 4 * MiB + 1 };
 	static const size_t lens[] = { 8 * MiB, 8 * MiB + 13, 12 * MiB + 5, 16 * MiB + 7 };
 
-	cr_assert_not_null(host);
-	cr_assert_eq(dormant_alloc(m, "w", size, &dev), 0, "%s", dormant_last_error());
-	fill(m, dev, size, 12);
-	pattern_make(host, 0, size, 12);
-	for (size_t s = 0; s < sizeof(starts) / sizeof(starts[0]); s++)
-		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
-			uint64_t got[2], want[2], offset = starts[s] * 5 + lens[l];
-
-			cr_assert_eq(dormant_debug_checksum(m, (char *)dev + starts[s], lens[l],
-							    offset, got),
-				     0, "%s", dormant_last_error());
-			dormant_checksum(host + starts[s], lens[l], offset, want);
-			cr_expect(got[0] == want[0] && got[1] == want[1],
-				  "%zu bytes at +%zu: device %016llx%016llx, cpu %016llx%016llx",
-				  lens[l], starts[s], (unsigned long long)got[0],
-				  (unsigned long long)got[1], (unsigned long long)want[0],
-				  (unsigned long long)want[1]);
-		}
-	free(host);
-	dormant_destroy(m);
+	expect_device_matches_cpu(21 * MiB, 12, starts, sizeof(starts) / sizeof(starts[0]), lens,
+				  sizeof(lens) / sizeof(lens[0]), 5);
 }
 
 /* ---- verification after wake ------------------------------------------- */

@@ -86,16 +86,18 @@ Test(wake_copy, engine_restores_odd_layouts, .init = pin_pieces_small)
 	odd_layouts("engine", "engine");
 }
 
-/* Kept memory the wake must restore exactly: 3 chunks of 4 MiB, filled. */
-static struct dormant *auto_manager(const char *rates, void **ret, size_t size)
+/* Kept memory the wake must restore exactly, in chunks of 4 MiB, filled;
+ * probes as probes says (the options wake_copy_probe_bytes and
+ * wake_copy_reprobe_bytes). */
+static struct dormant *auto_manager_probing(const char *rates, const char *probes, void **ret,
+					    size_t size)
 {
 	struct dormant *m;
 
 	if (rates)
 		setenv("DORMANT_HOST_COPY_GBPS", rates, 1);
 	m = manager_from("host_mode=retain,skip_unchanged=false,chunk_bytes=4MiB,copy_threads=2,"
-			 "pin_piece_bytes=1MiB,wake_copy=auto,wake_copy_probe_bytes=2MiB,"
-			 "wake_copy_reprobe_bytes=3MiB");
+			 "pin_piece_bytes=1MiB,wake_copy=auto,%s", probes);
 	unsetenv("DORMANT_HOST_COPY_GBPS");
 	if (!on_host(m)) {
 		dormant_destroy(m);
@@ -104,6 +106,13 @@ static struct dormant *auto_manager(const char *rates, void **ret, size_t size)
 	*ret = alloc_tag(m, "weights", size);
 	fill(m, *ret, size, 77);
 	return m;
+}
+
+/* The same with probes of 2 MiB, the copy engines timed again after 3 MiB. */
+static struct dormant *auto_manager(const char *rates, void **ret, size_t size)
+{
+	return auto_manager_probing(rates, "wake_copy_probe_bytes=2MiB,wake_copy_reprobe_bytes=3MiB",
+				    ret, size);
 }
 
 /* auto's choice on given rates: the engine's and the kernel's. */
@@ -185,19 +194,11 @@ Test(wake_copy, auto_times_the_engines_again_soon_then_less_often)
 	struct dormant *m;
 	void *w;
 
-	setenv("DORMANT_HOST_COPY_GBPS", "28,28,28:50", 1);
-	m = manager_from("host_mode=retain,skip_unchanged=false,chunk_bytes=4MiB,copy_threads=2,"
-			 "pin_piece_bytes=1MiB,wake_copy=auto,wake_copy_probe_bytes=1MiB,"
-			 "wake_copy_reprobe_bytes=16MiB");
-	unsetenv("DORMANT_HOST_COPY_GBPS");
-	if (!on_host(m)) {
-		dormant_destroy(m);
-		cr_skip_test("the probes' rates come from the simulated device");
-	}
-	w = alloc_tag(m, "weights", 30 * MiB);
-	fill(m, w, 30 * MiB, 78);
+	m = auto_manager_probing("28,28,28:50",
+				 "wake_copy_probe_bytes=1MiB,wake_copy_reprobe_bytes=16MiB", &w,
+				 30 * MiB);
 	cycle(m, &rep);
-	cr_expect(holds(m, w, 30 * MiB, 78));
+	cr_expect(holds(m, w, 30 * MiB, 77));
 	cr_expect_str_eq(rep.wake_copy.method, "kernel");
 	/* 1 + 1 probed (engines, kernel), 8 by the kernel, 1 probed, 16 by the kernel, 1 probed,
 	 * the last 2 by the kernel */
