@@ -113,11 +113,13 @@ struct sample {
 /* Host memory of the process the way its users look at it (issue 24):
  * RSS, and of it LazyFree (MADV_FREE pages the kernel has not taken yet:
  * reclaimable mode's host copies while awake), from /proc/self/smaps_rollup;
- * the cgroup's memory.current (v2; v1: memory.usage_in_bytes). UINT64_MAX:
+ * the cgroup's memory.current (v2; v1: memory.usage_in_bytes) and its
+ * working set as the kubelet counts it (less the inactive file pages, where
+ * MADV_FREE pages sit). UINT64_MAX:
  * not readable here. On the
  * host backend the simulated device's memory is in RSS too. */
 struct process_memory {
-	uint64_t rss, lazyfree, cgroup;
+	uint64_t rss, lazyfree, cgroup, working_set;
 };
 
 struct cycle {
@@ -741,16 +743,42 @@ static uint64_t file_u64(const char *path)
 	return value;
 }
 
-/* This process's cgroup memory in use: v2's memory.current, else v1's
- * memory.usage_in_bytes; UINT64_MAX when neither can be read. */
-static uint64_t cgroup_memory_current(void)
+/* A "name N" line's N in a cgroup's memory.stat; UINT64_MAX if absent. */
+static uint64_t memory_stat_u64(const char *dir, const char *name)
 {
-	char line[512], path[600];
-	uint64_t v2 = UINT64_MAX, v1 = UINT64_MAX;
-	FILE *f = fopen("/proc/self/cgroup", "r");
+	char path[700], key[64];
+	unsigned long long v;
+	uint64_t value = UINT64_MAX;
+	FILE *f;
 
+	snprintf(path, sizeof(path), "%s/memory.stat", dir);
+	f = fopen(path, "r");
 	if (!f)
 		return UINT64_MAX;
+	while (fscanf(f, "%63s %llu", key, &v) == 2)
+		if (strcmp(key, name) == 0) {
+			value = v;
+			break;
+		}
+	fclose(f);
+	return value;
+}
+
+/* This process's cgroup memory: in use (v2's memory.current, else v1's
+ * memory.usage_in_bytes) and the working set as the kubelet and cAdvisor
+ * count it, in use less the inactive file pages (v2's inactive_file, v1's
+ * total_inactive_file). MADV_FREE pages sit on the inactive file list, so a
+ * reclaimable host copy is in use but not in the working set. UINT64_MAX
+ * where not readable. */
+static void cgroup_memory_read(uint64_t *current, uint64_t *working_set)
+{
+	char line[512], dir[600], v1dir[600] = "";
+	const char *file = NULL, *inactive = NULL;
+	FILE *f = fopen("/proc/self/cgroup", "r");
+
+	*current = *working_set = UINT64_MAX;
+	if (!f)
+		return;
 	while (fgets(line, sizeof(line), f)) {
 		char *at = strchr(line, ':');
 		char *rel = at ? strchr(at + 1, ':') : NULL;
@@ -762,18 +790,37 @@ static uint64_t cgroup_memory_current(void)
 		if (strcmp(rel, "/") == 0)
 			rel = "";
 		if (strcmp(at + 1, "") == 0 && strncmp(line, "0", 1) == 0) {
-			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", rel);
-			v2 = file_u64(path);
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", rel);
+			file = "memory.current";
+			inactive = "inactive_file";
 		} else if (strcmp(at + 1, "memory") == 0) {
-			snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes",
-				 rel);
-			v1 = file_u64(path);
-			if (v1 == UINT64_MAX) /* a namespace shows its own root only */
-				v1 = file_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+			snprintf(v1dir, sizeof(v1dir), "/sys/fs/cgroup/memory%s", rel);
 		}
 	}
 	fclose(f);
-	return v2 != UINT64_MAX ? v2 : v1;
+	if (file) {
+		char path[700];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, file);
+		*current = file_u64(path);
+	}
+	if (*current == UINT64_MAX && v1dir[0]) {
+		char path[700];
+
+		snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", v1dir);
+		if (file_u64(path) == UINT64_MAX) /* a namespace shows its own root only */
+			snprintf(v1dir, sizeof(v1dir), "/sys/fs/cgroup/memory");
+		snprintf(dir, sizeof(dir), "%s", v1dir);
+		snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", dir);
+		*current = file_u64(path);
+		inactive = "total_inactive_file";
+	}
+	if (*current != UINT64_MAX && inactive) {
+		uint64_t in = memory_stat_u64(dir, inactive);
+
+		if (in != UINT64_MAX)
+			*working_set = *current > in ? *current - in : 0;
+	}
 }
 
 /* "1.23 GiB", or "-" where unreadable; into buf (32 bytes). */
@@ -794,7 +841,7 @@ static void process_memory_read(struct process_memory *ret)
 	proc_kib_fields("/proc/self/smaps_rollup", names, v, 2);
 	ret->rss = v[0];
 	ret->lazyfree = v[1];
-	ret->cgroup = cgroup_memory_current();
+	cgroup_memory_read(&ret->cgroup, &ret->working_set);
 }
 
 static int snapshot_take(struct bench *b, struct snapshot *ret)
@@ -1242,14 +1289,18 @@ static void table_print(const struct bench *b, const struct medians *md)
 	}
 	if (b->cycles_done) {
 		const struct cycle *c = &b->cycles[b->cycles_done - 1];
-		char t[6][32];
+		char t[8][32];
 
-		printf("process host memory, last cycle: asleep RSS %s (LazyFree %s), cgroup %s; "
-		       "awake, settled: RSS %s (LazyFree %s), cgroup %s\n",
+		printf("process host memory, last cycle: asleep RSS %s (LazyFree %s), cgroup %s "
+		       "(working set %s); awake, settled: RSS %s (LazyFree %s), cgroup %s "
+		       "(working set %s)\n",
 		       gib_or_none(c->proc_asleep.rss, t[0]), gib_or_none(c->proc_asleep.lazyfree, t[1]),
-		       gib_or_none(c->proc_asleep.cgroup, t[2]), gib_or_none(c->proc_settled.rss, t[3]),
-		       gib_or_none(c->proc_settled.lazyfree, t[4]),
-		       gib_or_none(c->proc_settled.cgroup, t[5]));
+		       gib_or_none(c->proc_asleep.cgroup, t[2]),
+		       gib_or_none(c->proc_asleep.working_set, t[3]),
+		       gib_or_none(c->proc_settled.rss, t[4]),
+		       gib_or_none(c->proc_settled.lazyfree, t[5]),
+		       gib_or_none(c->proc_settled.cgroup, t[6]),
+		       gib_or_none(c->proc_settled.working_set, t[7]));
 	}
 	printf("(median: of the %u warm cycles; GB/s: kept bytes per second, 1e9 bytes; ceil "
 	       "ratio: to the pinned copy ceiling; GPU back: device bytes freed by sleep / bytes "
@@ -1274,6 +1325,8 @@ static void json_process(struct json *j, const char *key, const struct process_m
 		json_u64(j, "lazyfree_bytes", pm->lazyfree);
 	if (pm->cgroup != UINT64_MAX)
 		json_u64(j, "cgroup_memory_current_bytes", pm->cgroup);
+	if (pm->working_set != UINT64_MAX)
+		json_u64(j, "cgroup_working_set_bytes", pm->working_set);
 	json_object_end(j);
 }
 
