@@ -3,10 +3,12 @@
  * The host backend: a simulated device on host memory, with the semantics of
  * the CUDA VMM path. Address ranges are reserved with mmap(PROT_NONE);
  * "physical memory" is a handle counted against a simulated capacity; mapping
- * puts fresh anonymous pages at the reserved address (poisoned, since fresh
- * device memory is not zeroed either), and unmapping puts
- * the PROT_NONE reservation back, which returns the pages to the operating
- * system at once. Copies are memcpy, executed when issued; with
+ * puts anonymous pages at the reserved address (poisoned, since fresh device
+ * memory is not zeroed either), and unmapping puts the PROT_NONE reservation
+ * back. The pages an unmap takes away are kept as the simulated device's
+ * spare memory, handed to the kernel as reclaimable (MADV_FREE), and the next
+ * map of the same size takes them (struct host_spares). Copies are memcpy,
+ * executed when issued; with
  * DORMANT_HOST_DEFER_STREAMS=1 (a test tool, off by default) work queued on a
  * stream runs only when an event after it is waited for, the stream is
  * destroyed or its device is synchronized, as on a real device, so that a
@@ -41,7 +43,6 @@
 #include "backend.h"
 
 #define HOST_GRANULARITY (2 * MiB)
-#define HOST_PAGE 4096 /* the smallest page; madvise works on whole ones */
 #define POISON_BYTE 0xa5
 /* Poison a line in every stride: enough for a missing zero-fill or restore
  * to show, without faulting in every page of every mapping. */
@@ -112,6 +113,29 @@ struct rendezvous {
 
 #define HOST_HASH_THREADS_MAX 8
 
+/* The simulated device's spare memory: pages an unmap took away, each run in
+ * a reservation of its own, until a map of the same size takes them. A real
+ * device's memory stays where it is; host memory given back to the system
+ * does not always: on a VM whose balloon reports free pages to the
+ * hypervisor (virtio-balloon's free page reporting, 2 MiB blocks, about 2 s
+ * after they are freed) touching them again faults in the hypervisor. On the
+ * build machine 1 GiB of such pages took 3 s to touch again, against 0.1 s
+ * for pages still with the guest, and the README demo's wake after a pause
+ * spent 3.8-5.7 s in map. MADV_FREE keeps the pages with the process but lets
+ * the kernel take them when it needs memory: RSS less LazyFree falls on a
+ * sleep as it did. At most the device's capacity is kept. */
+struct host_spare {
+	void *ptr;
+	size_t size;
+};
+
+struct host_spares {
+	pthread_mutex_t lock;
+	struct host_spare *runs;
+	size_t count, capacity;
+	uint64_t bytes; /* in runs, and being moved into them */
+};
+
 struct host_backend {
 	struct backend base;
 	int devices;
@@ -142,6 +166,7 @@ struct host_backend {
 	bool pin_fail_repeat;
 	struct rendezvous rendezvous;
 	struct host_hash *hashes; /* waiting for their events, under lock */
+	struct host_spares spares;
 	unsigned hash_threads; /* threads hashing one large range (the "kernel") */
 };
 
@@ -258,22 +283,14 @@ static void hashes_ready(struct host_backend *h, uint64_t id, uint64_t done)
 }
 
 /*
- * Zero-fill simulated device memory. Device memory is a private anonymous
- * mapping, so MADV_DONTNEED turns its whole pages into zero pages that cost
- * nothing until touched, where a memset would fault in and then write every
- * page; only the partial pages at the ends are written.
+ * Zero-fill simulated device memory, as a device's memset would: written in
+ * place. (MADV_DONTNEED would be quicker here and fault the pages in again
+ * at their next use; on a VM whose balloon takes freed pages, the next map's
+ * poison took 3 s per GiB for them.)
  */
 static void zero_fill(void *dst, size_t size)
 {
-	uintptr_t start = (uintptr_t)dst, end = start + size;
-	uintptr_t first = round_up(start, HOST_PAGE), last = end & ~(uintptr_t)(HOST_PAGE - 1);
-
-	if (first >= last || madvise((void *)first, last - first, MADV_DONTNEED) < 0) {
-		memset(dst, 0, size);
-		return;
-	}
-	memset(dst, 0, first - start);
-	memset((void *)last, 0, end - last);
+	memset(dst, 0, size);
 }
 
 /* Run a stream's queued work until it has run upto ops. Called with lock. */
@@ -335,6 +352,79 @@ static int stream_issue(struct host_backend *h, struct host_stream *s, void *dst
 	return 0;
 }
 
+/* Move the pages of [va, va + size) into a spare run, leaving the range
+ * mapped but empty (the caller puts the reservation back over it). false:
+ * not kept (the spares are full, or the kernel cannot move them); the
+ * caller's unmap frees them then. */
+static bool spare_keep(struct host_spares *sp, uint64_t limit, uintptr_t va, size_t size)
+{
+	void *run, *moved;
+
+	pthread_mutex_lock(&sp->lock);
+	if (sp->count == sp->capacity) {
+		size_t capacity = sp->capacity ? sp->capacity * 2 : 64;
+		struct host_spare *runs = realloc(sp->runs, capacity * sizeof(*runs));
+
+		if (runs) {
+			sp->runs = runs;
+			sp->capacity = capacity;
+		}
+	}
+	if (sp->bytes + size > limit || sp->count == sp->capacity) {
+		pthread_mutex_unlock(&sp->lock);
+		return false;
+	}
+	sp->bytes += size; /* room for it, while it moves */
+	pthread_mutex_unlock(&sp->lock);
+	/* 2 MiB aligned as the mapping is: its huge pages move whole */
+	run = mmap_aligned(size, HOST_GRANULARITY, PROT_NONE, MAP_NORESERVE);
+	moved = run == MAP_FAILED ? MAP_FAILED
+				  : mremap((void *)va, size, size,
+					   MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, run);
+	pthread_mutex_lock(&sp->lock);
+	if (moved == MAP_FAILED) {
+		sp->bytes -= size;
+	} else {
+		madvise(moved, size, MADV_FREE);
+		sp->runs[sp->count++] = (struct host_spare){ .ptr = moved, .size = size };
+	}
+	pthread_mutex_unlock(&sp->lock);
+	if (moved == MAP_FAILED && run != MAP_FAILED)
+		munmap(run, size);
+	return moved != MAP_FAILED;
+}
+
+/* Put a spare run of exactly size bytes at va, over its reservation. false:
+ * none (the caller maps fresh pages). */
+static bool spare_take(struct host_spares *sp, uintptr_t va, size_t size)
+{
+	struct host_spare run = { 0 };
+
+	pthread_mutex_lock(&sp->lock);
+	for (size_t i = sp->count; i-- > 0;)
+		if (sp->runs[i].size == size) {
+			run = sp->runs[i];
+			sp->runs[i] = sp->runs[--sp->count];
+			sp->bytes -= size;
+			break;
+		}
+	pthread_mutex_unlock(&sp->lock);
+	if (!run.ptr)
+		return false;
+	if (mremap(run.ptr, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)va) != MAP_FAILED)
+		return true;
+	munmap(run.ptr, size);
+	return false;
+}
+
+static void spares_free(struct host_spares *sp)
+{
+	for (size_t i = 0; i < sp->count; i++)
+		munmap(sp->runs[i].ptr, sp->runs[i].size);
+	free(sp->runs);
+	pthread_mutex_destroy(&sp->lock);
+}
+
 static void host_destroy(struct backend *b)
 {
 	struct host_backend *h = host(b);
@@ -357,6 +447,7 @@ static void host_destroy(struct backend *b)
 	if (h->pinned_count)
 		log_write(&b->log, DORMANT_LOG_WARNING,
 			  "host backend: %zu host ranges still pinned at the end", h->pinned_count);
+	spares_free(&h->spares);
 	pthread_mutex_destroy(&h->lock);
 	pthread_mutex_destroy(&h->pin_lock);
 	pthread_cond_destroy(&h->rendezvous.cond);
@@ -462,15 +553,19 @@ static int host_mem_map(struct backend *b, int device, uintptr_t va, size_t size
 	if (h->device != device || h->size != size)
 		return error_set(-EINVAL, "mapping %zu bytes of a %zu-byte handle of device %d on %d",
 				 size, h->size, h->device, device);
-	p = mmap((void *)va, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return error_set(-ENOMEM, "mapping %zu bytes at %#lx: %s", size, (unsigned long)va,
-				 strerror(errno));
-	/* Huge pages where the host has them: a restore then takes one fault
-	 * per 2 MiB instead of one per 4 KiB (the granularity keeps mappings
-	 * 2 MiB aligned). Only a hint; failure changes nothing. */
-	madvise(p, size, MADV_HUGEPAGE);
+	if (spare_take(&host(b)->spares, va, size)) {
+		p = (void *)va; /* the poison writes keep its pages from the kernel */
+	} else {
+		p = mmap((void *)va, size, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		if (p == MAP_FAILED)
+			return error_set(-ENOMEM, "mapping %zu bytes at %#lx: %s", size,
+					 (unsigned long)va, strerror(errno));
+		/* Huge pages where the host has them: a restore then takes one
+		 * fault per 2 MiB instead of one per 4 KiB (the granularity keeps
+		 * mappings 2 MiB aligned). Only a hint; failure changes nothing. */
+		madvise(p, size, MADV_HUGEPAGE);
+	}
 	for (size_t off = 0; off < size; off += POISON_STRIDE)
 		memset((char *)p + off, POISON_BYTE, POISON_LINE);
 	memset((char *)p + size - POISON_LINE, POISON_BYTE, POISON_LINE);
@@ -479,10 +574,11 @@ static int host_mem_map(struct backend *b, int device, uintptr_t va, size_t size
 
 static int host_mem_unmap(struct backend *b, int device, uintptr_t va, size_t size)
 {
+	struct host_backend *h = host(b);
 	void *p;
 
-	(void)b;
 	(void)device;
+	(void)spare_keep(&h->spares, h->capacity, va, size);
 	p = mmap((void *)va, size, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
@@ -1115,6 +1211,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 						(long)HOST_HASH_THREADS_MAX));
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_mutex_init(&h->pin_lock, NULL);
+	pthread_mutex_init(&h->spares.lock, NULL);
 	if (rendezvous_init(&h->rendezvous) < 0 ||
 	    ((env = getenv("DORMANT_HOST_COPY_GBPS")) && *env &&
 	     copy_gbps_parse(h, env) < 0) ||
@@ -1123,6 +1220,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 
 		pthread_cond_destroy(&h->rendezvous.cond);
 		pthread_mutex_destroy(&h->rendezvous.lock);
+		pthread_mutex_destroy(&h->spares.lock);
 		pthread_mutex_destroy(&h->pin_lock);
 		pthread_mutex_destroy(&h->lock);
 		free(h);

@@ -176,13 +176,38 @@ void expect_all(struct dormant *m, enum dormant_state state)
 			     dormant_state_name(s->tags[i].state));
 }
 
-long rss_bytes(void)
+/* Rss and LazyFree of /proc/self/smaps_rollup, in bytes. */
+static void smaps_rollup(long *rss, long *lazyfree)
 {
-	long pages = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
+	char line[256];
+	long kib;
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
 
 	cr_assert_not_null(f);
-	cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
+	*rss = -1;
+	*lazyfree = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Rss: %ld kB", &kib) == 1)
+			*rss = kib * 1024;
+		else if (sscanf(line, "LazyFree: %ld kB", &kib) == 1)
+			*lazyfree = kib * 1024;
+	}
 	fclose(f);
-	return resident * sysconf(_SC_PAGESIZE);
+	cr_assert_geq(*rss, 0, "no Rss in smaps_rollup");
+}
+
+long rss_bytes(void)
+{
+	long rss, lazyfree;
+
+	smaps_rollup(&rss, &lazyfree);
+	return rss - lazyfree;
+}
+
+long lazyfree_bytes(void)
+{
+	long rss, lazyfree;
+
+	smaps_rollup(&rss, &lazyfree);
+	return lazyfree;
 }

@@ -45,8 +45,12 @@ struct dormant_stats *stats(struct dormant *m);
 const struct dormant_tag_stats *tag_stats(const struct dormant_stats *s, const char *tag);
 /* Every tag of m is in state (one expectation per tag). */
 void expect_all(struct dormant *m, enum dormant_state state);
-/* The process's resident set, in bytes (/proc/self/statm). */
+/* The process's resident set less its LazyFree pages (MADV_FREE, the
+ * kernel's to take: the host backend's spare device memory), in bytes, from
+ * /proc/self/smaps_rollup. */
 long rss_bytes(void);
+/* The process's LazyFree pages, in bytes (/proc/self/smaps_rollup). */
+long lazyfree_bytes(void);
 /* Host backend: each simulated device's used bytes are what the manager has
  * mapped (nothing leaked). CUDA: other users share the device; no check. */
 void expect_no_device_leak(struct dormant *m);

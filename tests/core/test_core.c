@@ -267,6 +267,35 @@ Test(basics, host_backend_returns_pages_to_the_os)
 /* A size the device cannot hold fails at once (not one chunk created),
  * naming the size asked for, whether the device is too small or has too
  * little free (another process holds some of it). */
+/* The simulated device keeps the pages a sleep unmapped, as LazyFree, and
+ * the wake maps them again instead of fresh ones (on a VM whose balloon
+ * takes freed pages, fresh ones cost seconds per GiB). */
+Test(basics, host_backend_keeps_unmapped_pages_for_the_next_map)
+{
+	struct dormant *m = manager();
+	size_t size = 64 * MiB;
+	long before, asleep;
+	void *w;
+
+	if (!on_host(m)) {
+		dormant_destroy(m);
+		cr_skip_test("the simulated device's spare memory is the host backend's");
+	}
+	w = alloc_tag(m, "weights", size);
+	fill(m, w, size, 5);
+	before = lazyfree_bytes();
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	asleep = lazyfree_bytes();
+	cr_expect_geq(asleep - before, (long)(size * 9 / 10), "LazyFree %ld -> %ld asleep", before,
+		      asleep);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect_geq(asleep - lazyfree_bytes(), (long)(size * 9 / 10),
+		      "LazyFree %ld asleep, %ld awake: the wake took the spare pages", asleep,
+		      lazyfree_bytes());
+	cr_expect(holds(m, w, size, 5));
+	dormant_destroy(m);
+}
+
 Test(basics, an_allocation_that_cannot_fit_fails_at_once)
 {
 	struct dormant *m = manager();
