@@ -134,6 +134,11 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      warm-up and the staging ring (the H200's driver
  *                      pins no faster with more); a sleep pins piece by
  *                      piece on the thread that queues its copies
+ *   reclaimable_pinned_bytes  size  $DORMANT_RECLAIMABLE_PINNED_BYTES  0:
+ *                      host mode reclaimable: host copies of up to this
+ *                      many bytes stay pinned after a wake (counted in
+ *                      host_bytes), so that the next sleep copies into them
+ *                      while it pins the others
  *   host_devices       int    $DORMANT_HOST_DEVICES  1 (host backend only)
  *   host_device_bytes  size   $DORMANT_HOST_DEVICE_BYTES  64GiB (host backend)
  *   verify             bool   $DORMANT_VERIFY  true: check restored chunks

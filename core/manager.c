@@ -147,6 +147,8 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	m->engine.serial_devices = !o.parallel_devices;
 	/* host copies' pieces pinned at once, on this many threads */
 	m->engine.pin_threads = (unsigned)o.pin_threads;
+	/* reclaimable mode: host copies kept pinned while awake, at most */
+	m->engine.reclaim_pinned_max = o.reclaimable_pinned_bytes;
 	/* verification after wake (dormant_set_verify() changes it later) */
 	atomic_store(&m->engine.verify, o.verify);
 	/* retain mode's skip of unchanged chunks */

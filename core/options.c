@@ -115,6 +115,14 @@ static const struct option options[] = {
 		       "piece just ahead of its copy",
 	},
 	{
+		.name = "reclaimable_pinned_bytes", .type = OPTION_SIZE,
+		.offset = FIELD(reclaimable_pinned_bytes), .default_value = "0",
+		.env = "DORMANT_RECLAIMABLE_PINNED_BYTES",
+		.doc = "host mode reclaimable: host copies of up to this many bytes stay pinned "
+		       "after a wake (and are counted in host_bytes, as in retain mode), so that "
+		       "the next sleep copies into them while it pins the others (0: none)",
+	},
+	{
 		.name = "host_devices", .type = OPTION_INT, .offset = FIELD(host_devices),
 		.default_value = "1", .env = "DORMANT_HOST_DEVICES", .min = 1,
 		.max = DORMANT_DEVICES_MAX,

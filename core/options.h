@@ -24,6 +24,7 @@ struct dormant_options {
 	bool pin_host;
 	size_t pin_piece_bytes;
 	int pin_threads;
+	size_t reclaimable_pinned_bytes;
 	int host_devices;
 	size_t host_device_bytes;
 	bool verify;

@@ -66,7 +66,8 @@ static bool next_chunk(struct dormant *m, struct alloc **ret_alloc, struct chunk
 /* Prepare the host copies of awake kept chunks, one chunk at a time, until
  * none is left, a transition asks to stop, or a step fails: pinned (retain
  * mode, counted in host_bytes) or reclaimable (faulted in and handed to the
- * kernel, not counted: reclaimable mode's host copies while awake). Called
+ * kernel, not counted: reclaimable mode's host copies while awake; pinned
+ * while reclaimable_pinned_bytes has room, as a wake leaves them). Called
  * with m->lock, which it drops around each chunk's work. */
 static int host_copies(struct dormant *m, bool reclaimable)
 {
@@ -78,7 +79,7 @@ static int host_copies(struct dormant *m, bool reclaimable)
 		struct chunk *c;
 		size_t kept;
 		char tag[DORMANT_TAG_MAX + 1];
-		bool attached = false, gone;
+		bool attached = false, gone, pinned_awake;
 		int r;
 
 		if (atomic_load(&w->cancel))
@@ -92,7 +93,9 @@ static int host_copies(struct dormant *m, bool reclaimable)
 		log_write(&m->log, DORMANT_LOG_DEBUG,
 			  "warm-up: preparing the %zu-byte host copy of a chunk of tag '%s'", kept,
 			  tag);
-		r = prep_host_copy(&m->engine, kept, reclaimable, &fresh);
+		pinned_awake = reclaimable && m->engine.pin_host &&
+			       engine_pinned_awake_reserve(&m->engine, round_up(kept, 4096));
+		r = prep_host_copy(&m->engine, kept, reclaimable && !pinned_awake, &fresh);
 		pthread_mutex_lock(&m->lock);
 		a->in_transition = false;
 		gone = a->doomed;
@@ -103,14 +106,19 @@ static int host_copies(struct dormant *m, bool reclaimable)
 				old = c->host;
 				engine_account_host(&a->tag->held, -(int64_t)old.size);
 				c->retained = false;
+				if (c->pinned_awake)
+					engine_pinned_awake_unreserve(&m->engine, old.size);
 			}
 			c->host = fresh;
 			c->host_valid = false;
+			c->pinned_awake = pinned_awake;
 			if (!fresh.reclaimable) /* reclaimable: held by the kernel's leave */
 				engine_account_host(&a->tag->held, (int64_t)fresh.size);
 			w->stats.host_bytes += fresh.size;
 			attached = true;
 		}
+		if (pinned_awake && !attached)
+			engine_pinned_awake_unreserve(&m->engine, round_up(kept, 4096));
 		if (gone) /* freed meanwhile: its free was left to us */
 			alloc_destroy(m, a);
 		if (r < 0)

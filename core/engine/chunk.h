@@ -36,6 +36,9 @@ struct chunk {
 	struct checksum sum;
 	uint64_t sum_layout;
 	bool sum_valid, retained;
+	/* host mode reclaimable: host stays pinned while awake, counted in the
+	 * engine's reclaim_pinned (option reclaimable_pinned_bytes) */
+	bool pinned_awake;
 };
 
 /* The bytes a tag holds in each place now. The engine counts them as it

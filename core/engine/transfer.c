@@ -216,6 +216,32 @@ static void deferred_free_run(void *arg)
 	free(job);
 }
 
+bool engine_pinned_awake_reserve(struct engine *e, size_t size)
+{
+	uint64_t held = atomic_load(&e->reclaim_pinned);
+
+	do {
+		if (held + size > e->reclaim_pinned_max)
+			return false;
+	} while (!atomic_compare_exchange_weak(&e->reclaim_pinned, &held, held + size));
+	return true;
+}
+
+void engine_pinned_awake_unreserve(struct engine *e, size_t size)
+{
+	atomic_fetch_sub(&e->reclaim_pinned, size);
+}
+
+/* A chunk's host copy leaves (freed, or reclaimable after all): the room it
+ * held under reclaimable_pinned_bytes goes back. */
+static void pinned_awake_end(struct engine *e, struct chunk *c)
+{
+	if (!c->pinned_awake)
+		return;
+	engine_pinned_awake_unreserve(e, c->host.size);
+	c->pinned_awake = false;
+}
+
 /* Give a host copy back; unmapping gigabytes takes a while, so it happens on
  * a worker thread and the host bytes fall when it is done. */
 static void host_release(struct engine *e, struct held_bytes *held, struct chunk *c)
@@ -235,6 +261,7 @@ static void host_release(struct engine *e, struct held_bytes *held, struct chunk
 		engine_host_free(e, held, c);
 		return;
 	}
+	pinned_awake_end(e, c);
 	job->backend = e->backend;
 	job->buffer = c->host;
 	job->held = held;
@@ -250,6 +277,7 @@ void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c
 	engine_host_settle(e, &c->host);
 	size = c->host.size;
 	counted = !c->host.reclaimable;
+	pinned_awake_end(e, c);
 	hostbuf_free(e->backend, &c->host);
 	if (counted)
 		engine_account_host(held, -(int64_t)size);
@@ -321,6 +349,20 @@ void engine_reclaims_wait(struct engine *e)
 	pthread_mutex_unlock(&e->reclaim_lock);
 }
 
+/* Host mode reclaimable: whether c's host copy stays pinned while awake (it
+ * did already, or the room left under reclaimable_pinned_bytes takes it). */
+static bool pinned_awake_keeps(struct engine *e, struct chunk *c)
+{
+	if (!c->host.pin_piece) /* unpinned: nothing to keep */
+		return false;
+	if (!c->pinned_awake && !engine_pinned_awake_reserve(e, c->host.size))
+		return false;
+	c->pinned_awake = true;
+	c->host_valid = false;
+	c->retained = false; /* stale once the trainer writes: as reclaimed */
+	return true;
+}
+
 /* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
  * take (not counted as host memory held once unpinned); the next sleep
  * reuses it. The wake does not wait for the unpin: a worker does it, and the
@@ -352,7 +394,7 @@ static void host_done(struct engine *e, struct held_bytes *held, struct chunk *c
 		return;
 	if (e->mode == DORMANT_HOST_RELEASE)
 		host_release(e, held, c);
-	else if (e->mode == DORMANT_HOST_RECLAIMABLE)
+	else if (e->mode == DORMANT_HOST_RECLAIMABLE && !pinned_awake_keeps(e, c))
 		host_reclaim(e, held, c);
 }
 

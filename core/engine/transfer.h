@@ -115,6 +115,12 @@ struct engine {
 	pthread_cond_t reclaim_cond;
 	unsigned reclaims_pending;
 	_Atomic bool reclaim_warned; /* said once that MADV_FREE failed */
+	/* host mode reclaimable: host copies of up to reclaim_pinned_max bytes
+	 * stay pinned after a wake (struct chunk's pinned_awake), so that the
+	 * next sleep copies into them while it pins the others; reclaim_pinned:
+	 * the bytes of those now */
+	size_t reclaim_pinned_max;
+	_Atomic uint64_t reclaim_pinned;
 	_Atomic uint64_t staging_held;
 	_Atomic uint64_t device_bytes[DORMANT_DEVICES_MAX]; /* managed, mapped now */
 };
@@ -200,6 +206,12 @@ void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c
 void engine_host_settle(struct engine *e, struct hostbuf *hb);
 /* Wait until every queued unpin is done (a host-mode switch). */
 void engine_reclaims_wait(struct engine *e);
+/* Host mode reclaimable: take room for size bytes of host copy that stays
+ * pinned while awake under reclaim_pinned_max; false when there is none. */
+bool engine_pinned_awake_reserve(struct engine *e, size_t size);
+/* Give back that room (the copy is freed, or unpinned after all). Any
+ * thread. */
+void engine_pinned_awake_unreserve(struct engine *e, size_t size);
 /* Count disk bytes held for a tag. */
 void engine_account_disk(struct held_bytes *held, int64_t delta);
 

@@ -200,6 +200,40 @@ Test(basics, reclaimable_reuses_its_buffers_and_survives_reclamation)
 	cr_expect_str_eq(dormant_host_mode_name(DORMANT_HOST_RECLAIMABLE), "reclaimable");
 }
 
+/* reclaimable_pinned_bytes: a wake leaves host copies pinned (held, as in
+ * retain mode) while their bytes fit, the rest reclaimable; the next sleep
+ * copies into the same buffers; a freed allocation's room goes to others. */
+Test(basics, reclaimable_keeps_copies_pinned_up_to_its_budget)
+{
+	struct dormant *m = manager_from("host_mode=reclaimable,chunk_bytes=4MiB,staging_bytes=8MiB,"
+					 "copy_threads=2,reclaimable_pinned_bytes=9MiB");
+	void *a = alloc_tag(m, "weights", 12 * MiB), *b, *first = NULL, *again = NULL;
+
+	fill(m, a, 12 * MiB, 21);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+		cr_assert_eq(dormant_host_backup(m, a, MiB, cycle ? &again : &first), 0, "%s",
+			     dormant_last_error());
+		cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+		cr_expect(holds(m, a, 12 * MiB, 21 + cycle));
+		/* two of the three 4 MiB copies fit in 9 MiB */
+		cr_expect_eq(host_bytes_settled(m, 0), 8 * MiB, "cycle %d: pinned while awake",
+			     cycle);
+		fill(m, a, 12 * MiB, 22 + cycle);
+	}
+	cr_expect_eq(again, first, "the next sleep copies into the same buffer");
+
+	/* freed: its room goes to the next allocation's copies */
+	cr_assert_eq(dormant_free(m, a), 0, "%s", dormant_last_error());
+	b = alloc_tag(m, "weights", 8 * MiB);
+	fill(m, b, 8 * MiB, 31);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, b, 8 * MiB, 31));
+	cr_expect_eq(host_bytes_settled(m, 0), 8 * MiB, "the freed copies' room was given back");
+	dormant_destroy(m);
+}
+
 Test(basics, memory_is_really_released)
 {
 	struct dormant *m = manager();

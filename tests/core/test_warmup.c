@@ -186,6 +186,31 @@ Test(warmup, reclaimable_mode_prepares_reclaimable_copies_the_sleep_reuses)
 	dormant_destroy(s.m);
 }
 
+/* With reclaimable_pinned_bytes the warm-up leaves the copies as a wake
+ * would: pinned and held while they fit, the others reclaimable. */
+Test(warmup, reclaimable_mode_pins_what_its_budget_holds)
+{
+	struct scene s = scene_from("host_mode=reclaimable,chunk_bytes=4MiB,staging_bytes=8MiB,"
+				    "copy_threads=2,warmup=off,reclaimable_pinned_bytes=10MiB");
+	struct dormant_report rep;
+	uint64_t allocs = dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC);
+
+	cr_assert_eq(dormant_warm_up(s.m), 0, "%s", dormant_last_error());
+	cr_expect_eq(stats(s.m)->warmup.failures, 0, "%s", stats(s.m)->warmup.last_error);
+	cr_expect_eq(dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC) - allocs, 11);
+	/* the slab's copy (allocated first) and two of the big allocation's */
+	cr_expect_eq(stats(s.m)->host_bytes, 8 * MiB + SMALL, "pinned, held: %llu",
+		     (unsigned long long)stats(s.m)->host_bytes);
+	allocs = dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC);
+	cycle(&s, &rep);
+	cr_expect_eq(dormant_debug_op_count(s.m, DORMANT_FAULT_HOST_ALLOC), allocs,
+		     "the sleep used them all");
+	cr_expect_eq(rep.bytes_copied, SIZE + SMALL);
+	cr_expect_eq(host_bytes_settled(s.m, 8 * MiB + SMALL), 8 * MiB + SMALL,
+		     "the wake kept the same copies pinned");
+	dormant_destroy(s.m);
+}
+
 /* A warm-up whose host allocation fails: counted and said, what it did not
  * prepare is left to the sleep, which works. */
 Test(warmup, a_failed_warmup_leaves_the_sleep_working)
