@@ -1221,6 +1221,9 @@ static void table_print(const struct bench *b, const struct medians *md)
 	       bytes_human(o->keep_bytes, keep, sizeof(keep)),
 	       bytes_human(o->discard_bytes, discard, sizeof(discard)), b->keep_count,
 	       b->discard_count, bytes_human(b->m->chunk_bytes, chunk, sizeof(chunk)), o->cycles);
+	if (dormant_host_mode(b->m) == DORMANT_HOST_RECLAIMABLE && b->m->engine.reclaim_pinned_max)
+		printf("reclaimable_pinned_bytes: %s kept pinned while awake, at most\n",
+		       bytes_human(b->m->engine.reclaim_pinned_max, text, sizeof(text)));
 	if (o->devices > 1)
 		printf("devices: %u, the sizes on each, driven %s\n", o->devices,
 		       b->m->engine.serial_devices ? "one after another (DORMANT_PARALLEL_DEVICES=0)"
@@ -1404,6 +1407,7 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 	json_u64(&j, "chunk_bytes", b->m->chunk_bytes);
 	json_u64(&j, "staging_bytes", b->m->engine.staging_bytes);
 	json_u64(&j, "pin_piece_bytes", b->m->engine.pin_piece);
+	json_u64(&j, "reclaimable_pinned_bytes", b->m->engine.reclaim_pinned_max);
 	json_u64(&j, "copy_threads", workers_threads(b->m->workers));
 	json_u64(&j, "granularity_bytes", b->granularity);
 	json_u64(&j, "ceiling_reps", o->ceiling_reps);
