@@ -167,6 +167,12 @@ uint64_t host_bytes_settled(struct dormant *m, uint64_t want)
 	return got;
 }
 
+uint64_t host_bytes_unpinned(struct dormant *m)
+{
+	cr_assert_eq(dormant_set_host_mode(m, dormant_host_mode(m)), 0, "%s", dormant_last_error());
+	return stats(m)->host_bytes;
+}
+
 void expect_all(struct dormant *m, enum dormant_state state)
 {
 	struct dormant_stats *s = stats(m);

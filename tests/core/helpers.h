@@ -58,5 +58,8 @@ void expect_no_device_leak(struct dormant *m);
  * 10 s for stats' host_bytes to be want; returns the last value read (a copy
  * never given back then fails the caller's check). */
 uint64_t host_bytes_settled(struct dormant *m, uint64_t want);
+/* host_bytes once the last wake's unpins (host mode reclaimable) are done:
+ * a host-mode switch to the same mode waits for them. */
+uint64_t host_bytes_unpinned(struct dormant *m);
 
 #endif

@@ -217,8 +217,7 @@ Test(basics, reclaimable_keeps_copies_pinned_up_to_its_budget)
 		cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
 		cr_expect(holds(m, a, 12 * MiB, 21 + cycle));
 		/* two of the three 4 MiB copies fit in 9 MiB */
-		cr_expect_eq(host_bytes_settled(m, 0), 8 * MiB, "cycle %d: pinned while awake",
-			     cycle);
+		cr_expect_eq(host_bytes_unpinned(m), 8 * MiB, "cycle %d: pinned while awake", cycle);
 		fill(m, a, 12 * MiB, 22 + cycle);
 	}
 	cr_expect_eq(again, first, "the next sleep copies into the same buffer");
@@ -230,7 +229,7 @@ Test(basics, reclaimable_keeps_copies_pinned_up_to_its_budget)
 	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
 	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
 	cr_expect(holds(m, b, 8 * MiB, 31));
-	cr_expect_eq(host_bytes_settled(m, 0), 8 * MiB, "the freed copies' room was given back");
+	cr_expect_eq(host_bytes_unpinned(m), 8 * MiB, "the freed copies' room was given back");
 	dormant_destroy(m);
 }
 
