@@ -133,7 +133,7 @@ struct host_spares {
 	pthread_mutex_t lock;
 	struct host_spare *runs;
 	size_t count, capacity;
-	uint64_t bytes; /* in runs, and being moved into them */
+	uint64_t bytes; /* in runs */
 };
 
 struct host_backend {
@@ -355,10 +355,11 @@ static int stream_issue(struct host_backend *h, struct host_stream *s, void *dst
 /* Move the pages of [va, va + size) into a spare run, leaving the range
  * mapped but empty (the caller puts the reservation back over it). false:
  * not kept (the spares are full, or the kernel cannot move them); the
- * caller's unmap frees them then. */
+ * caller's unmap frees them then. Under the lock throughout: moving the
+ * page tables of a mapping is quick, and the run's slot is then its own. */
 static bool spare_keep(struct host_spares *sp, uint64_t limit, uintptr_t va, size_t size)
 {
-	void *run, *moved;
+	void *run = MAP_FAILED, *moved = MAP_FAILED;
 
 	pthread_mutex_lock(&sp->lock);
 	if (sp->count == sp->capacity) {
@@ -370,23 +371,17 @@ static bool spare_keep(struct host_spares *sp, uint64_t limit, uintptr_t va, siz
 			sp->capacity = capacity;
 		}
 	}
-	if (sp->bytes + size > limit || sp->count == sp->capacity) {
-		pthread_mutex_unlock(&sp->lock);
-		return false;
+	if (sp->bytes + size <= limit && sp->count < sp->capacity) {
+		/* 2 MiB aligned as the mapping is: its huge pages move whole */
+		run = mmap_aligned(size, HOST_GRANULARITY, PROT_NONE, MAP_NORESERVE);
+		if (run != MAP_FAILED)
+			moved = mremap((void *)va, size, size,
+				       MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, run);
 	}
-	sp->bytes += size; /* room for it, while it moves */
-	pthread_mutex_unlock(&sp->lock);
-	/* 2 MiB aligned as the mapping is: its huge pages move whole */
-	run = mmap_aligned(size, HOST_GRANULARITY, PROT_NONE, MAP_NORESERVE);
-	moved = run == MAP_FAILED ? MAP_FAILED
-				  : mremap((void *)va, size, size,
-					   MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, run);
-	pthread_mutex_lock(&sp->lock);
-	if (moved == MAP_FAILED) {
-		sp->bytes -= size;
-	} else {
+	if (moved != MAP_FAILED) {
 		madvise(moved, size, MADV_FREE);
 		sp->runs[sp->count++] = (struct host_spare){ .ptr = moved, .size = size };
+		sp->bytes += size;
 	}
 	pthread_mutex_unlock(&sp->lock);
 	if (moved == MAP_FAILED && run != MAP_FAILED)
