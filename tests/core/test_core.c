@@ -297,9 +297,6 @@ Test(basics, host_backend_returns_pages_to_the_os)
 	dormant_destroy(m);
 }
 
-/* A size the device cannot hold fails at once (not one chunk created),
- * naming the size asked for, whether the device is too small or has too
- * little free (another process holds some of it). */
 /* The simulated device keeps the pages a sleep unmapped, as LazyFree, and
  * the wake maps them again instead of fresh ones (on a VM whose balloon
  * takes freed pages, fresh ones cost seconds per GiB). */
@@ -329,6 +326,9 @@ Test(basics, host_backend_keeps_unmapped_pages_for_the_next_map)
 	dormant_destroy(m);
 }
 
+/* A size the device cannot hold fails at once (not one chunk created),
+ * naming the size asked for, whether the device is too small or has too
+ * little free (another process holds some of it). */
 Test(basics, an_allocation_that_cannot_fit_fails_at_once)
 {
 	struct dormant *m = manager();
