@@ -772,8 +772,8 @@ static uint64_t memory_stat_u64(const char *dir, const char *name)
  * where not readable. */
 static void cgroup_memory_read(uint64_t *current, uint64_t *working_set)
 {
-	char line[512], dir[600], v1dir[600] = "";
-	const char *file = NULL, *inactive = NULL;
+	char line[512], dir[600] = "", v1dir[600] = "", path[700];
+	const char *inactive = NULL;
 	FILE *f = fopen("/proc/self/cgroup", "r");
 
 	*current = *working_set = UINT64_MAX;
@@ -789,33 +789,28 @@ static void cgroup_memory_read(uint64_t *current, uint64_t *working_set)
 		rel[strcspn(rel, "\n")] = '\0';
 		if (strcmp(rel, "/") == 0)
 			rel = "";
-		if (strcmp(at + 1, "") == 0 && strncmp(line, "0", 1) == 0) {
+		if (strcmp(at + 1, "") == 0 && strncmp(line, "0", 1) == 0)
 			snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", rel);
-			file = "memory.current";
-			inactive = "inactive_file";
-		} else if (strcmp(at + 1, "memory") == 0) {
+		else if (strcmp(at + 1, "memory") == 0)
 			snprintf(v1dir, sizeof(v1dir), "/sys/fs/cgroup/memory%s", rel);
-		}
 	}
 	fclose(f);
-	if (file) {
-		char path[700];
-
-		snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (dir[0]) { /* v2 */
+		snprintf(path, sizeof(path), "%s/memory.current", dir);
 		*current = file_u64(path);
+		inactive = "inactive_file";
 	}
 	if (*current == UINT64_MAX && v1dir[0]) {
-		char path[700];
-
 		snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", v1dir);
-		if (file_u64(path) == UINT64_MAX) /* a namespace shows its own root only */
-			snprintf(v1dir, sizeof(v1dir), "/sys/fs/cgroup/memory");
-		snprintf(dir, sizeof(dir), "%s", v1dir);
-		snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", dir);
 		*current = file_u64(path);
+		if (*current == UINT64_MAX) { /* a namespace shows its own root only */
+			snprintf(v1dir, sizeof(v1dir), "/sys/fs/cgroup/memory");
+			*current = file_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+		}
+		snprintf(dir, sizeof(dir), "%s", v1dir);
 		inactive = "total_inactive_file";
 	}
-	if (*current != UINT64_MAX && inactive) {
+	if (*current != UINT64_MAX) {
 		uint64_t in = memory_stat_u64(dir, inactive);
 
 		if (in != UINT64_MAX)
