@@ -77,7 +77,7 @@ static int host_copies(struct dormant *m, bool reclaimable)
 		struct hostbuf fresh = { 0 }, old = { 0 };
 		struct alloc *a;
 		struct chunk *c;
-		size_t kept;
+		size_t kept, room;
 		char tag[DORMANT_TAG_MAX + 1];
 		bool attached = false, gone, pinned_awake;
 		int r;
@@ -93,8 +93,9 @@ static int host_copies(struct dormant *m, bool reclaimable)
 		log_write(&m->log, DORMANT_LOG_DEBUG,
 			  "warm-up: preparing the %zu-byte host copy of a chunk of tag '%s'", kept,
 			  tag);
+		room = round_up(kept, 4096); /* the size of the buffer prepared */
 		pinned_awake = reclaimable && m->engine.pin_host &&
-			       engine_pinned_awake_reserve(&m->engine, round_up(kept, 4096));
+			       engine_pinned_awake_reserve(&m->engine, room);
 		r = prep_host_copy(&m->engine, kept, reclaimable && !pinned_awake, &fresh);
 		pthread_mutex_lock(&m->lock);
 		a->in_transition = false;
@@ -118,7 +119,7 @@ static int host_copies(struct dormant *m, bool reclaimable)
 			attached = true;
 		}
 		if (pinned_awake && !attached)
-			engine_pinned_awake_unreserve(&m->engine, round_up(kept, 4096));
+			engine_pinned_awake_unreserve(&m->engine, room);
 		if (gone) /* freed meanwhile: its free was left to us */
 			alloc_destroy(m, a);
 		if (r < 0)
