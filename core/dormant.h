@@ -169,6 +169,17 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      allocations settle (dormant_warm_up())
  *   warmup_settle_ms   int    $DORMANT_WARMUP_SETTLE_MS  2000: the warm-up
  *                      starts when no allocation came for this long
+ *   residue            keep|checkpoint  $DORMANT_RESIDUE  keep: what a sleep
+ *                      does with what the process still holds on its devices
+ *                      once every tag sleeps (context, libraries,
+ *                      communicators): keep it, or have the driver's process
+ *                      checkpoint take it to host memory (see "Residue" below)
+ *   residue_lock_timeout_ms  int  $DORMANT_RESIDUE_LOCK_TIMEOUT_MS  10000:
+ *                      how long the checkpoint waits for the process's
+ *                      threads to leave their CUDA calls
+ *   host_residue_bytes size   $DORMANT_HOST_RESIDUE_BYTES  0 (host backend):
+ *                      what each used simulated device holds for the process
+ *                      outside tags, as a CUDA context does
  *
  * dormant_option_name() and friends list them at run time with their docs
  * (`dormantd --help` prints them). Sizes take a unit: "4096", "64KiB",
@@ -715,6 +726,90 @@ DORMANT_EXPORT int dormant_checksum(const void *p, size_t size, uint64_t offset,
  */
 DORMANT_EXPORT int dormant_warm_up(struct dormant *m);
 
+/* ---- Residue -------------------------------------------------------------- */
+
+/*
+ * What a process holds on its devices outside every tag: the CUDA context,
+ * the libraries' workspaces (cuBLAS), communicators (NCCL) and PyTorch's
+ * cached blocks, 0.6 to 3 GiB a GPU. With residue mode checkpoint, a sleep
+ * that leaves every tag asleep ends with the driver's process checkpoint
+ * (cuCheckpointProcessLock and ...Checkpoint, driven by a helper process
+ * libdormant starts: dormant-residue-helper), which takes all of it to host
+ * memory and gives the devices back whole; the next wake restores it
+ * (...Restore and ...Unlock) before its own maps and copies. Virtual address
+ * reservations, and so every tag's addresses, survive it.
+ *
+ * While the process is checkpointed, no thread of it may call CUDA: such a
+ * call waits for the restore. The manager makes none (stats answer from
+ * memory; allocating answers -EBUSY; frees wait for the restore to give
+ * their address ranges back). docs/design.md, "Residue", has the rest.
+ *
+ * Failures lose nothing. A checkpoint that fails leaves the sleep done and
+ * the residue resident (stats say why); the next sleep tries again. A
+ * restore that fails fails the wake (tags asleep, host copies intact) with
+ * the driver's message; the next wake tries again. A wake checks first that
+ * the devices have room for the residue and the memory it maps (-ENOMEM
+ * otherwise, before the restore). After a restore that ran out of memory the
+ * driver refuses every later one: the state is then "stuck" and only ending
+ * the process frees its device memory. Where the driver has no process
+ * checkpoint, or refuses this process, the state is "unavailable" with the
+ * reason, and sleeps keep the residue.
+ */
+enum dormant_residue_mode {
+	DORMANT_RESIDUE_DEFAULT = 0, /* dormant_sleep_residue(): the manager's */
+	DORMANT_RESIDUE_KEEP,
+	DORMANT_RESIDUE_CHECKPOINT,
+};
+
+enum dormant_residue_state {
+	DORMANT_RESIDUE_RESIDENT = 0, /* on the devices (awake, or not checkpointed) */
+	DORMANT_RESIDUE_CHECKPOINTED, /* in host memory: the devices hold nothing */
+	DORMANT_RESIDUE_UNAVAILABLE,  /* the driver cannot: see reason */
+	DORMANT_RESIDUE_STUCK,        /* a restore failed for good: see reason */
+};
+
+struct dormant_residue_stats {
+	enum dormant_residue_mode mode;   /* the manager's (never DEFAULT) */
+	enum dormant_residue_state state;
+	char reason[DORMANT_ERROR_MAX];   /* unavailable or stuck: why */
+	int helper_pid;                   /* the helper process, 0 if none runs */
+	uint64_t helper_starts;           /* helpers started (one dies: the next request starts one) */
+	uint64_t checkpoints, checkpoint_failures;
+	uint64_t restores, restore_failures;
+	double checkpoint_seconds_total, restore_seconds_total;
+	/* device bytes the last checkpoint gave back, over every device */
+	uint64_t residue_bytes;
+	/* the last checkpoint or restore: "checkpoint", "restore" or "" */
+	char last_op[16];
+	int last_result;                  /* 0 or a negative errno */
+	double last_seconds;
+	char last_error[DORMANT_ERROR_MAX];
+	/* calls that reached a device while checkpointed: 0, or a bug */
+	uint64_t calls_while_checkpointed;
+};
+
+/* Fill *ret (caller's memory). Never touches a device, never blocks behind a
+ * transition. -EINVAL for NULL arguments. */
+DORMANT_EXPORT int dormant_residue_stats_get(struct dormant *m, struct dormant_residue_stats *ret);
+
+/*
+ * As dormant_sleep(), with the residue handled as mode says for this sleep
+ * only (DORMANT_RESIDUE_DEFAULT: the manager's option). -EINVAL for another
+ * mode. A sleep's report says nothing of the residue: what its checkpoint
+ * did is in dormant_residue_stats_get()'s last_op and last_result.
+ */
+DORMANT_EXPORT int dormant_sleep_residue(struct dormant *m, const char *const *tags,
+					 enum dormant_residue_mode mode,
+					 struct dormant_report *ret);
+
+/* "keep"/"checkpoint" ("default" for DEFAULT), "resident"/"checkpointed"/
+ * "unavailable"/"stuck"; NULL out of range. Parse with
+ * dormant_residue_mode_from_name(): -EINVAL for other names. */
+DORMANT_EXPORT const char *dormant_residue_mode_name(enum dormant_residue_mode mode);
+DORMANT_EXPORT const char *dormant_residue_state_name(enum dormant_residue_state state);
+DORMANT_EXPORT int dormant_residue_mode_from_name(const char *name,
+						  enum dormant_residue_mode *ret);
+
 /* ---- Trainer guard ------------------------------------------------------- */
 
 /*
@@ -885,6 +980,11 @@ enum dormant_fault_op {
 	DORMANT_FAULT_COPY,       /* device<->host copy (cuMemcpy*Async) */
 	DORMANT_FAULT_HOST_ALLOC, /* host buffer allocation or pinning */
 	DORMANT_FAULT_DISK,       /* disk copy creation, write or read */
+	/* residue mode checkpoint: the helper's checkpoint of the process
+	 * (a sleep's last step) and its restore (a wake's first); a restore
+	 * failed with -ENOMEM leaves the process stuck, as the driver does */
+	DORMANT_FAULT_CHECKPOINT,
+	DORMANT_FAULT_RESTORE,
 	DORMANT_FAULT_OPS,
 };
 

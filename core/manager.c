@@ -82,6 +82,59 @@ DORMANT_EXPORT int dormant_policy_from_name(const char *name, enum dormant_polic
 	return 0;
 }
 
+DORMANT_EXPORT const char *dormant_residue_mode_name(enum dormant_residue_mode mode)
+{
+	switch (mode) {
+	case DORMANT_RESIDUE_DEFAULT:
+		return "default";
+	case DORMANT_RESIDUE_KEEP:
+		return "keep";
+	case DORMANT_RESIDUE_CHECKPOINT:
+		return "checkpoint";
+	}
+	return NULL;
+}
+
+DORMANT_EXPORT const char *dormant_residue_state_name(enum dormant_residue_state state)
+{
+	switch (state) {
+	case DORMANT_RESIDUE_RESIDENT:
+		return "resident";
+	case DORMANT_RESIDUE_CHECKPOINTED:
+		return "checkpointed";
+	case DORMANT_RESIDUE_UNAVAILABLE:
+		return "unavailable";
+	case DORMANT_RESIDUE_STUCK:
+		return "stuck";
+	}
+	return NULL;
+}
+
+DORMANT_EXPORT int dormant_residue_mode_from_name(const char *name,
+						  enum dormant_residue_mode *ret)
+{
+	if (!ret)
+		return error_set(-EINVAL, "ret is NULL");
+	if (name && strcmp(name, "default") == 0)
+		*ret = DORMANT_RESIDUE_DEFAULT;
+	else if (name && strcmp(name, "keep") == 0)
+		*ret = DORMANT_RESIDUE_KEEP;
+	else if (name && strcmp(name, "checkpoint") == 0)
+		*ret = DORMANT_RESIDUE_CHECKPOINT;
+	else
+		return error_set(-EINVAL, "residue must be \"keep\" or \"checkpoint\", not \"%.64s\"",
+				 name ? name : "(null)");
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_residue_stats_get(struct dormant *m, struct dormant_residue_stats *ret)
+{
+	if (!m || !ret)
+		return error_set(-EINVAL, "manager or ret is NULL");
+	residue_stats_get(&m->residue, ret);
+	return 0;
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dormant **ret)
@@ -131,10 +184,16 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	config.name = o.backend;
 	config.host_devices = o.host_devices;
 	config.host_device_bytes = o.host_device_bytes;
+	config.host_residue_bytes = o.host_residue_bytes;
 	config.log = m->log;
 	r = backend_new(&config, &m->backend);
 	if (r < 0)
 		goto err_free;
+	m->device_count = m->backend->ops->device_count(m->backend);
+	residue_init(&m->residue, m->backend, &m->log,
+		     strcmp(o.residue, "checkpoint") == 0 ? DORMANT_RESIDUE_CHECKPOINT
+							 : DORMANT_RESIDUE_KEEP,
+		     (unsigned)o.residue_lock_timeout_ms);
 	r = workers_new((unsigned)o.copy_threads, &m->workers);
 	if (r < 0) {
 		error_set(r, "starting copy threads");
@@ -176,13 +235,15 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 		       : strcmp(o.warmup, "device") == 0 ? WARMUP_DEVICE
 							 : WARMUP_AUTO,
 		    o.warmup_settle_ms);
-	log_write(&m->log, DORMANT_LOG_INFO, "dormant: %s backend, %d device(s), host mode %s",
-		  m->backend->ops->name, m->backend->ops->device_count(m->backend),
-		  dormant_host_mode_name(m->host_mode));
+	log_write(&m->log, DORMANT_LOG_INFO,
+		  "dormant: %s backend, %d device(s), host mode %s, residue %s",
+		  m->backend->ops->name, m->device_count, dormant_host_mode_name(m->host_mode),
+		  dormant_residue_mode_name(m->residue.mode));
 	*ret = m;
 	return 0;
 
 err_backend:
+	residue_finish(&m->residue);
 	backend_destroy(m->backend);
 err_free:
 	free(m);
@@ -213,11 +274,26 @@ static void torch_forget(struct dormant *m)
 
 DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 {
+	static const uint64_t nothing[DORMANT_DEVICES_MAX];
+
 	if (!m)
 		return;
 	torch_forget(m);
 	warmup_finish(m);
+	/* The process's device state back first: freeing needs the driver. If
+	 * it cannot come back (stuck), nothing of the device is touched: its
+	 * memory goes with the process. */
+	if (residue_checkpointed(&m->residue) &&
+	    residue_restore(&m->residue, m->device_count, nothing) < 0) {
+		log_write(&m->log, DORMANT_LOG_ERROR,
+			  "dormant_destroy: the device state stays checkpointed (%s): device "
+			  "memory is left to the process's end",
+			  dormant_last_error());
+		residue_finish(&m->residue);
+		return;
+	}
 	pthread_mutex_lock(&m->lock);
+	manager_free_deferred(m);
 	while (m->alloc_count)
 		alloc_release(m, m->allocs[--m->alloc_count]);
 	pthread_mutex_unlock(&m->lock);
@@ -227,6 +303,7 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 	for (size_t i = 0; i < m->tag_count; i++)
 		free(m->tags[i]);
 	free(m->allocs);
+	residue_finish(&m->residue);
 	backend_destroy(m->backend);
 	pthread_cond_destroy(&m->guard_cond);
 	pthread_mutex_destroy(&m->lock);
@@ -274,11 +351,37 @@ DORMANT_EXPORT enum dormant_host_mode dormant_host_mode(const struct dormant *m)
 	return m->host_mode;
 }
 
+bool manager_all_asleep(struct dormant *m)
+{
+	for (size_t i = 0; i < m->tag_count; i++)
+		if (m->tags[i]->state != DORMANT_ASLEEP)
+			return false;
+	return true;
+}
+
+int manager_check_not_checkpointed(struct dormant *m)
+{
+	if (!residue_checkpointed(&m->residue))
+		return 0;
+	return error_set(-EBUSY, "the process's device state is checkpointed (residue mode "
+				 "checkpoint): no device call until a wake restores it");
+}
+
+void manager_free_deferred(struct dormant *m)
+{
+	while (m->deferred) {
+		struct alloc *a = m->deferred;
+
+		m->deferred = a->next;
+		alloc_destroy(m, a);
+	}
+}
+
 DORMANT_EXPORT int dormant_device_count(struct dormant *m)
 {
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
-	return m->backend->ops->device_count(m->backend);
+	return m->device_count;
 }
 
 /* ---- tags ---------------------------------------------------------------- */
@@ -523,10 +626,15 @@ static void alloc_release(struct dormant *m, struct alloc *a)
 		a = slab; /* its last allocation: the slab goes too */
 	}
 	owner_unlink(a);
-	if (a->in_transition)
+	if (a->in_transition) {
 		a->doomed = true; /* the transition holds its chunks; it frees it */
-	else
+	} else if (residue_checkpointed(&m->residue)) {
+		/* freeing calls the driver: after the restore */
+		a->next = m->deferred;
+		m->deferred = a;
+	} else {
 		alloc_destroy(m, a);
+	}
 }
 
 static int granularity_get(struct dormant *m, int device, size_t *ret)
@@ -740,10 +848,13 @@ DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int
 				 "or the tag's (%d), not %d",
 				 DORMANT_KEEP, DORMANT_DISCARD, DORMANT_DISK, DORMANT_POLICY_TAG,
 				 policy);
-	if (device < 0 || device >= m->backend->ops->device_count(m->backend))
+	if (device < 0 || device >= m->device_count)
 		return error_set(-ENODEV, "no device %d", device);
 
 	pthread_mutex_lock(&m->lock);
+	r = manager_check_not_checkpointed(m);
+	if (r < 0)
+		goto out;
 	r = tag_get(m, name, &tag);
 	if (r < 0)
 		goto out;
@@ -787,6 +898,9 @@ DORMANT_EXPORT int dormant_alloc(struct dormant *m, const char *tag, size_t size
 {
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
+	/* asking which device is current is a device call too */
+	if (residue_checkpointed(&m->residue))
+		return manager_check_not_checkpointed(m);
 	return dormant_alloc_on(m, tag, size, m->backend->ops->current_device(m->backend), ret_ptr);
 }
 
@@ -885,6 +999,7 @@ DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, c
 DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret)
 {
 	struct backend *b;
+	bool checkpointed;
 	int devices;
 
 	if (!m || !ret)
@@ -955,18 +1070,31 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	pthread_mutex_unlock(&m->lock);
 
 	ret->staging_bytes = atomic_load(&m->engine.staging_held);
-	devices = MIN(b->ops->device_count(b), DORMANT_DEVICES_MAX);
+	devices = MIN(m->device_count, DORMANT_DEVICES_MAX);
+	/* while checkpointed the devices are read from outside (free_outside):
+	 * a CUDA call would wait for the restore */
+	checkpointed = !residue_device_enter(&m->residue);
 	for (int d = 0; d < devices; d++) {
 		struct dormant_device_stats *ds = &ret->devices[ret->device_count];
+		int r;
 
-		if (!b->ops->device_active(b, d))
+		if (!checkpointed && !b->ops->device_active(b, d))
+			continue;
+		if (checkpointed && !m->residue.used[d])
 			continue;
 		ds->ordinal = d;
 		ds->managed_bytes = atomic_load(&m->engine.device_bytes[d]);
-		if (b->ops->mem_info(b, d, &ds->free_bytes, &ds->total_bytes) < 0)
+		r = checkpointed ? (b->ops->free_outside
+					    ? b->ops->free_outside(b, d, &ds->free_bytes,
+								   &ds->total_bytes)
+					    : -ENOTSUP)
+				 : b->ops->mem_info(b, d, &ds->free_bytes, &ds->total_bytes);
+		if (r < 0)
 			ds->free_bytes = ds->total_bytes = 0;
 		ret->device_count++;
 	}
+	if (!checkpointed)
+		residue_device_leave(&m->residue);
 	return 0;
 }
 
@@ -1005,7 +1133,9 @@ DORMANT_EXPORT int dormant_debug_occupy(struct dormant *m, int device, size_t by
 	if (!m)
 		return error_set(-EINVAL, "manager is NULL");
 	pthread_mutex_lock(&m->lock);
-	r = backend_occupy(m->backend, device, bytes);
+	r = manager_check_not_checkpointed(m);
+	if (r == 0)
+		r = backend_occupy(m->backend, device, bytes);
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }

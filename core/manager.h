@@ -15,6 +15,7 @@
 #include "extent.h"
 #include "hostbuf.h"
 #include "options.h"
+#include "residue.h"
 #include "slab.h"
 #include "transfer.h"
 #include "warmup.h"
@@ -88,6 +89,8 @@ struct dormant {
 	int guard_timeout_ms;
 	size_t granularity[DORMANT_DEVICES_MAX]; /* 0 until first asked */
 	struct dormant_options options; /* as resolved by dormant_new(): read only */
+	int device_count; /* the backend's, read once: no device call while checkpointed */
+	struct residue residue; /* residue.h */
 
 	pthread_mutex_t lock; /* everything below */
 	pthread_cond_t guard_cond;
@@ -117,6 +120,9 @@ struct dormant {
 	struct dormant_histogram sleep_seconds, wake_seconds;
 	struct dormant_transition_times sleep_times_total, wake_times_total;
 	struct warmup warmup; /* warmup.h */
+	/* allocations freed while the process was checkpointed: their address
+	 * ranges go back after the restore (linked by next) */
+	struct alloc *deferred;
 };
 
 /* The policy an allocation's memory sleeps and wakes with now. Call with
@@ -146,6 +152,11 @@ int chunk_plan(struct alloc *a, struct chunk *c);
 /* Forget the marks of every owner of an awake tag (a wake's end). */
 void marks_drop_awake(struct dormant *m);
 bool manager_all_awake(struct dormant *m);
+bool manager_all_asleep(struct dormant *m);
+/* Destroy what dormant_free() deferred while checkpointed. With m->lock. */
+void manager_free_deferred(struct dormant *m);
+/* -EBUSY with a message while the process's device state is checkpointed. */
+int manager_check_not_checkpointed(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
 bool guard_open(struct dormant *m);
 /* Wake steps waiting in dormant_step_enter() to look again. */

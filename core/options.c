@@ -218,6 +218,28 @@ static const struct option options[] = {
 		.max = 3600000,
 		.doc = "the warm-up starts once no allocation came for this long",
 	},
+	{
+		.name = "residue", .type = OPTION_ENUM, .offset = FIELD(residue),
+		.default_value = "keep", .env = "DORMANT_RESIDUE",
+		.values = VALUES("keep", "checkpoint"),
+		.doc = "what a sleep that leaves every tag asleep does with what the process "
+		       "still holds on its devices (CUDA context, cuBLAS, NCCL): keep it, or "
+		       "checkpoint it to host memory with the driver's process checkpoint "
+		       "(restored by the next wake)",
+	},
+	{
+		.name = "residue_lock_timeout_ms", .type = OPTION_INT,
+		.offset = FIELD(residue_lock_timeout_ms), .default_value = "10000",
+		.env = "DORMANT_RESIDUE_LOCK_TIMEOUT_MS", .min = 1, .max = 600000,
+		.doc = "residue checkpoint: how long it waits for the process's threads to "
+		       "leave their CUDA calls before it gives up (the residue then stays)",
+	},
+	{
+		.name = "host_residue_bytes", .type = OPTION_SIZE, .offset = FIELD(host_residue_bytes),
+		.default_value = "0", .env = "DORMANT_HOST_RESIDUE_BYTES", .min = 0,
+		.doc = "host backend only: what each used simulated device holds for the process "
+		       "outside tags, as a CUDA context does (residue mode checkpoint frees it)",
+	},
 };
 
 _Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_options.set has 64 bits");

@@ -40,6 +40,9 @@ struct dormant_options {
 	bool disk_names;
 	const char *warmup;
 	int warmup_settle_ms;
+	const char *residue;
+	int residue_lock_timeout_ms;
+	size_t host_residue_bytes;
 
 	dormant_log_fn log_fn;
 	void *log_userdata;

@@ -11,6 +11,12 @@
  *    the rollback itself could not finish (the data is safe on the host and
  *    a wake completes it);
  *  - wake ok: awake; wake failed: asleep, host copies intact, retry works.
+ *
+ * Residue mode checkpoint (residue.h) brackets them: a sleep that leaves
+ * every tag asleep ends, after its after-sleep hooks, with the checkpoint of
+ * the process's device state; a wake starts, before its before-wake hooks,
+ * with the restore. A checkpoint that fails leaves the sleep done; a restore
+ * that fails fails the wake, with nothing moved.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -390,8 +396,95 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	times_add(sum, &t->totals.times);
 }
 
+/* A sleep's checkpoint took seconds more: count them in its duration, its
+ * histogram bucket and its totals. Called with m->lock. */
+static void settle_add(struct dormant *m, struct dormant_report *rep, double seconds)
+{
+	struct dormant_histogram *h = &m->sleep_seconds;
+	int before = 0, after = 0;
+
+	while (before < DORMANT_HISTOGRAM_BUCKETS && rep->duration_s > h->bounds_s[before])
+		before++;
+	rep->duration_s += seconds;
+	while (after < DORMANT_HISTOGRAM_BUCKETS && rep->duration_s > h->bounds_s[after])
+		after++;
+	h->counts[before]--;
+	h->counts[after]++;
+	h->sum_s += seconds;
+	m->last_sleep.duration_s = rep->duration_s;
+	m->last_sleep.started_unix_s = now_unix_s() - rep->duration_s;
+}
+
+/*
+ * The end of a sleep in residue mode checkpoint: with every tag asleep,
+ * checkpoint the process's device state. Its failure is not the sleep's
+ * (residue stats say it); returns the seconds it took. Called without
+ * m->lock, with transition_running set.
+ */
+static double residue_after_sleep(struct dormant *m, enum dormant_residue_mode mode)
+{
+	double start = now_monotonic_s();
+	char message[DORMANT_ERROR_MAX];
+	bool all_asleep;
+
+	if (mode == DORMANT_RESIDUE_DEFAULT)
+		mode = m->residue.mode;
+	if (mode != DORMANT_RESIDUE_CHECKPOINT || residue_checkpointed(&m->residue))
+		return 0;
+	pthread_mutex_lock(&m->lock);
+	all_asleep = m->tag_count > 0 && manager_all_asleep(m);
+	pthread_mutex_unlock(&m->lock);
+	if (!all_asleep)
+		return 0;
+	snprintf(message, sizeof(message), "%s", dormant_last_error());
+	if (residue_checkpoint(&m->residue, m->device_count) < 0)
+		log_write(&m->log, DORMANT_LOG_WARNING, "sleep: the residue stays: %s",
+			  dormant_last_error());
+	/* the sleep's own message (it succeeded) is what its caller reads */
+	error_set(0, "%s", message);
+	return now_monotonic_s() - start;
+}
+
+/* The bytes a wake of t's tags maps on each device (their whole ranges). */
+static void wake_need(struct transition *t, uint64_t need[DORMANT_DEVICES_MAX])
+{
+	memset(need, 0, DORMANT_DEVICES_MAX * sizeof(need[0]));
+	for (size_t i = 0; i < t->tag_count; i++)
+		for (struct alloc *a = t->tags[i]->allocs; a; a = a->next)
+			if (a->device >= 0 && a->device < DORMANT_DEVICES_MAX)
+				need[a->device] += a->reserved;
+}
+
+/* A wake's first step in residue mode checkpoint: restore the process's
+ * device state. Called without m->lock, with transition_running set. */
+static int residue_before_wake(struct dormant *m, struct transition *t)
+{
+	uint64_t need[DORMANT_DEVICES_MAX];
+	int r;
+
+	if (!residue_checkpointed(&m->residue))
+		return 0;
+	pthread_mutex_lock(&m->lock);
+	wake_need(t, need);
+	pthread_mutex_unlock(&m->lock);
+	r = residue_restore(&m->residue, m->device_count, need);
+	if (r == -EPERM) {
+		/* stuck for good: say so wherever health is read */
+		pthread_mutex_lock(&m->lock);
+		m->healthy = false;
+		snprintf(m->health_error, sizeof(m->health_error), "%s", dormant_last_error());
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (r == 0) {
+		pthread_mutex_lock(&m->lock);
+		manager_free_deferred(m);
+		pthread_mutex_unlock(&m->lock);
+	}
+	return r;
+}
+
 static int transition_run(struct dormant *m, bool sleep, const char *const *names,
-			  struct dormant_report *rep)
+			  enum dormant_residue_mode residue, struct dormant_report *rep)
 {
 	struct transition t = {
 		.sleep = sleep,
@@ -417,6 +510,16 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 		m->noops[!sleep]++;
 		if (!sleep)
 			marks_drop_awake(m); /* a wake drops the marks of awake tags */
+		if (sleep) {
+			/* every tag asleep already: a checkpoint that failed or was
+			 * not asked for before is tried now */
+			m->transition_running = true;
+			pthread_mutex_unlock(&m->lock);
+			residue_after_sleep(m, residue);
+			pthread_mutex_lock(&m->lock);
+			m->transition_running = false;
+			warmup_transition_done(m);
+		}
 		pthread_mutex_unlock(&m->lock);
 		return 0;
 	}
@@ -437,6 +540,15 @@ static int transition_run(struct dormant *m, bool sleep, const char *const *name
 			warmup_transition_done(m);
 			pthread_mutex_unlock(&m->lock);
 			return r;
+		}
+	}
+
+	if (!sleep) {
+		r = residue_before_wake(m, &t);
+		if (r < 0) {
+			error_prefix(r, "wake");
+			t.tag_count = 0; /* nothing moved */
+			goto settle;
 		}
 	}
 
@@ -522,6 +634,16 @@ settle:
 
 	if (r == 0)
 		hooks_run(m, sleep ? DORMANT_HOOK_AFTER_SLEEP : DORMANT_HOOK_AFTER_WAKE);
+	/* last, once the hooks no longer need the device */
+	if (sleep && r == 0) {
+		double seconds = residue_after_sleep(m, residue);
+
+		if (seconds > 0) {
+			pthread_mutex_lock(&m->lock);
+			settle_add(m, rep, seconds);
+			pthread_mutex_unlock(&m->lock);
+		}
+	}
 	pthread_mutex_lock(&m->lock);
 	guard_release(m);
 	m->transition_running = false;
@@ -537,7 +659,7 @@ settle:
 }
 
 static int transition(struct dormant *m, bool sleep, const char *const *names,
-		      struct dormant_report *ret)
+		      enum dormant_residue_mode residue, struct dormant_report *ret)
 {
 	double start = now_monotonic_s();
 	struct dormant_report *rep;
@@ -550,7 +672,7 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 	if (!rep)
 		return error_set(-ENOMEM, "out of host memory");
 	error_clear();
-	r = transition_run(m, sleep, names, rep);
+	r = transition_run(m, sleep, names, residue, rep);
 	rep->result = r;
 	if (r < 0) {
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
@@ -566,11 +688,22 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 DORMANT_EXPORT int dormant_sleep(struct dormant *m, const char *const *tags,
 				 struct dormant_report *ret)
 {
-	return transition(m, true, tags, ret);
+	return transition(m, true, tags, DORMANT_RESIDUE_DEFAULT, ret);
+}
+
+DORMANT_EXPORT int dormant_sleep_residue(struct dormant *m, const char *const *tags,
+					 enum dormant_residue_mode mode,
+					 struct dormant_report *ret)
+{
+	if (mode != DORMANT_RESIDUE_DEFAULT && mode != DORMANT_RESIDUE_KEEP &&
+	    mode != DORMANT_RESIDUE_CHECKPOINT)
+		return error_set(-EINVAL, "residue mode must be default, keep or checkpoint, not %d",
+				 (int)mode);
+	return transition(m, true, tags, mode, ret);
 }
 
 DORMANT_EXPORT int dormant_wake(struct dormant *m, const char *const *tags,
 				struct dormant_report *ret)
 {
-	return transition(m, false, tags, ret);
+	return transition(m, false, tags, DORMANT_RESIDUE_DEFAULT, ret);
 }

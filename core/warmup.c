@@ -212,7 +212,9 @@ static void *warmup_main(void *arg)
 		double due = w->last_alloc_s + w->settle_ms / 1e3;
 		struct timespec ts;
 
-		if (!w->pending || m->transition_running || w->running) {
+		/* nothing touches a device while the process is checkpointed */
+		if (!w->pending || m->transition_running || w->running ||
+		    residue_checkpointed(&m->residue)) {
 			pthread_cond_wait(&w->cond, &m->lock);
 			continue;
 		}
@@ -346,6 +348,11 @@ DORMANT_EXPORT int dormant_warm_up(struct dormant *m)
 	if (m->transition_running || w->running) {
 		pthread_mutex_unlock(&m->lock);
 		return error_set(-EBUSY, "a sleep or wake is running");
+	}
+	if (residue_checkpointed(&m->residue)) {
+		pthread_mutex_unlock(&m->lock);
+		return error_set(-EBUSY, "the process's device state is checkpointed (residue "
+					 "mode); wake first");
 	}
 	r = run_locked(m);
 	pthread_mutex_unlock(&m->lock);

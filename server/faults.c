@@ -20,6 +20,8 @@ static const char *const op_names[] = {
 	[DORMANT_FAULT_COPY] = "copy",
 	[DORMANT_FAULT_HOST_ALLOC] = "host-alloc",
 	[DORMANT_FAULT_DISK] = "disk",
+	[DORMANT_FAULT_CHECKPOINT] = "checkpoint",
+	[DORMANT_FAULT_RESTORE] = "restore",
 };
 /* a name for every op: a missing last one would leave the array short (and
  * a missing middle one NULL: the designators above keep them in order) */
@@ -35,6 +37,9 @@ static const unsigned op_calls[] = {
 	[DORMANT_FAULT_HOST_ALLOC] = FAULT_WHEN_SLEEP,
 	/* disk copies: created and written by sleeps, read by wakes */
 	[DORMANT_FAULT_DISK] = FAULT_WHEN_SLEEP | FAULT_WHEN_WAKE,
+	/* residue mode checkpoint: a sleep's checkpoint, a wake's restore */
+	[DORMANT_FAULT_CHECKPOINT] = FAULT_WHEN_SLEEP,
+	[DORMANT_FAULT_RESTORE] = FAULT_WHEN_WAKE,
 };
 _Static_assert(ARRAY_SIZE(op_calls) == DORMANT_FAULT_OPS, "the calls of every fault op");
 
@@ -78,7 +83,8 @@ static int rule_parse(char *text, struct fault_rule *rule)
 		if (op_names[op] && strcmp(fields[1], op_names[op]) == 0)
 			rule->op = (enum dormant_fault_op)op;
 	if (rule->op == DORMANT_FAULT_OPS)
-		return error_set(-EINVAL, "fault rule: '%.32s' is not create, map, copy or host-alloc",
+		return error_set(-EINVAL, "fault rule: '%.32s' is not create, map, copy, host-alloc, "
+					  "disk, checkpoint or restore",
 				 fields[1]);
 	if (!(rule->when & op_calls[rule->op]))
 		return error_set(-EINVAL, "fault rule %s:%s would never fire: a %s makes no %s call "
@@ -94,8 +100,10 @@ static int rule_parse(char *text, struct fault_rule *rule)
 					 fields[2]);
 		rule->nth = (unsigned)value;
 	}
-	rule->error =
-		rule->op == DORMANT_FAULT_COPY || rule->op == DORMANT_FAULT_DISK ? -EIO : -ENOMEM;
+	rule->error = rule->op == DORMANT_FAULT_COPY || rule->op == DORMANT_FAULT_DISK ||
+			      rule->op == DORMANT_FAULT_CHECKPOINT || rule->op == DORMANT_FAULT_RESTORE
+			      ? -EIO
+			      : -ENOMEM;
 	if (fields[3]) {
 		bool found = false;
 

@@ -46,8 +46,10 @@ int backend_fault_arm_on(struct backend *b, enum dormant_fault_op op, int device
 		return error_set(-EINVAL, "an injected error must be a negative errno");
 	if (device >= 0 && (device >= DORMANT_DEVICES_MAX || device >= b->ops->device_count(b)))
 		return error_set(-EINVAL, "no device %d to inject a fault on", device);
-	if (device >= 0 && (op == DORMANT_FAULT_HOST_ALLOC || op == DORMANT_FAULT_DISK))
-		return error_set(-EINVAL, "host allocations and disk I/O belong to no device");
+	if (device >= 0 && (op == DORMANT_FAULT_HOST_ALLOC || op == DORMANT_FAULT_DISK ||
+			    op == DORMANT_FAULT_CHECKPOINT || op == DORMANT_FAULT_RESTORE))
+		return error_set(-EINVAL, "host allocations, disk I/O and the process checkpoint "
+					  "belong to no device");
 	f = &b->faults[op];
 	atomic_store(&f->error, error);
 	atomic_store(&f->repeat, repeat);
@@ -72,6 +74,8 @@ int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int devi
 		[DORMANT_FAULT_COPY] = "copy",
 		[DORMANT_FAULT_HOST_ALLOC] = "host allocation",
 		[DORMANT_FAULT_DISK] = "disk",
+		[DORMANT_FAULT_CHECKPOINT] = "checkpoint",
+		[DORMANT_FAULT_RESTORE] = "restore",
 	};
 	_Static_assert(ARRAY_SIZE(names) == DORMANT_FAULT_OPS, "a name for every fault op");
 	struct fault *f = &b->faults[op];

@@ -108,6 +108,17 @@ struct backend_ops {
 	 * backend with DORMANT_HOST_DEFER_STREAMS=1). */
 	int (*defer_write)(struct backend *b, int device, uintptr_t dst, const void *src,
 			   size_t size);
+	/* Residue mode (docs/design.md, "Residue"). May be NULL:
+	 *  - free_outside: a device's free and total memory as read from
+	 *    outside this process's CUDA state (NVML), the one op that may run
+	 *    while the process is checkpointed; -ENOTSUP when it cannot be read;
+	 *  - residue_checkpointed: the helper process has checkpointed the
+	 *    process's device state (on true) or restored it (false). The
+	 *    simulated device gives back what it models as the process's
+	 *    context and driver state (host_residue_bytes), and takes it again. */
+	int (*free_outside)(struct backend *b, int device, uint64_t *ret_free,
+			    uint64_t *ret_total);
+	void (*residue_checkpointed)(struct backend *b, bool on);
 };
 
 struct fault {
@@ -124,6 +135,11 @@ struct backend {
 	const struct backend_ops *ops;
 	struct logger log;
 	struct fault faults[DORMANT_FAULT_OPS];
+	/* Residue mode: true while the process's device state is checkpointed,
+	 * when no call may reach the device; calls_checkpointed counts those
+	 * that did anyway (both backends count their calls; CI proves it 0). */
+	_Atomic bool checkpointed;
+	_Atomic uint64_t calls_checkpointed;
 	/* Memory taken by dormant_debug_occupy(), per device. */
 	uint64_t occupy_handles[DORMANT_DEVICES_MAX][64];
 	size_t occupy_count[DORMANT_DEVICES_MAX];
@@ -133,8 +149,17 @@ struct backend_config {
 	const char *name; /* "auto", "cuda", "host" */
 	int host_devices;
 	size_t host_device_bytes;
+	size_t host_residue_bytes; /* the simulated device's model of a context */
 	struct logger log;
 };
+
+/* Count a call that reached the device while the process is checkpointed
+ * (struct backend's calls_checkpointed). */
+static inline void backend_note_call(struct backend *b)
+{
+	if (atomic_load_explicit(&b->checkpointed, memory_order_relaxed))
+		atomic_fetch_add(&b->calls_checkpointed, 1);
+}
 
 /* Pick and create the backend named in config. */
 int backend_new(const struct backend_config *config, struct backend **ret);

@@ -62,6 +62,7 @@ static const char *const symbol_names[] = {
 	"cuStreamWaitEvent",
 	"cuMemHostGetDevicePointer_v2",
 	"cuDeviceGetAttribute",
+	"cuDeviceGetPCIBusId",
 };
 
 /* The one place where a CUresult becomes an errno; keeps the driver's words. */
@@ -69,6 +70,7 @@ int cuda_result(struct cuda_backend *c, CUresult result, const char *call)
 {
 	const char *name = NULL, *text = NULL;
 
+	backend_note_call(&c->base);
 	if (result == CUDA_SUCCESS)
 		return 0;
 	if (c->api.cuGetErrorName)
@@ -500,6 +502,67 @@ static bool cuda_device_active(struct backend *b, int device)
 	return device >= 0 && device < c->device_count && atomic_load(&c->contexts[device]);
 }
 
+static void nvml_load(struct cuda_nvml *n)
+{
+	int r;
+
+	n->library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!n->library) {
+		snprintf(n->why, sizeof(n->why), "cannot load libnvidia-ml.so.1");
+		n->error = -ENOTSUP;
+		return;
+	}
+	*(void **)&n->init = dlsym(n->library, "nvmlInit_v2");
+	*(void **)&n->by_bus_id = dlsym(n->library, "nvmlDeviceGetHandleByPciBusId_v2");
+	*(void **)&n->memory_info = dlsym(n->library, "nvmlDeviceGetMemoryInfo");
+	if (!n->init || !n->by_bus_id || !n->memory_info) {
+		snprintf(n->why, sizeof(n->why), "libnvidia-ml.so.1 lacks a function it needs");
+		n->error = -ENOTSUP;
+		return;
+	}
+	r = n->init();
+	if (r != 0) {
+		snprintf(n->why, sizeof(n->why), "nvmlInit failed (%d)", r);
+		n->error = -ENOTSUP;
+	}
+}
+
+/* A device's memory through NVML: no CUDA call, so it answers while the
+ * process is checkpointed (a CUDA call would wait for the restore). */
+static int cuda_free_outside(struct backend *b, int device, uint64_t *ret_free,
+			     uint64_t *ret_total)
+{
+	static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+	struct cuda_backend *c = (struct cuda_backend *)b;
+	/* nvmlMemory_t, nvml.h's layout: this file needs no nvml.h */
+	struct {
+		unsigned long long total, free, used;
+	} memory;
+	void *handle = NULL;
+	int r;
+
+	if (device < 0 || device >= c->device_count)
+		return error_set(-ENODEV, "no device %d", device);
+	pthread_mutex_lock(&load_lock);
+	if (!c->nvml.loaded) {
+		nvml_load(&c->nvml);
+		c->nvml.loaded = true;
+	}
+	pthread_mutex_unlock(&load_lock);
+	if (c->nvml.error)
+		return error_set(c->nvml.error, "%s", c->nvml.why);
+	if (!c->bus_ids[device][0])
+		return error_set(-ENOTSUP, "device %d has no PCI bus id", device);
+	r = c->nvml.by_bus_id(c->bus_ids[device], &handle);
+	if (r == 0)
+		r = c->nvml.memory_info(handle, &memory);
+	if (r != 0)
+		return error_set(-EIO, "NVML cannot read device %d's memory (%d)", device, r);
+	*ret_free = memory.free;
+	*ret_total = memory.total;
+	return 0;
+}
+
 static const struct backend_ops cuda_ops = {
 	.name = "cuda",
 	.destroy = cuda_destroy,
@@ -532,6 +595,7 @@ static const struct backend_ops cuda_ops = {
 	.checksum_finish = cuda_checksum_finish,
 	.copy_to_device_kernel = cuda_copy_to_device_kernel,
 	.checksum_prepare = cuda_checksum_prepare,
+	.free_outside = cuda_free_outside,
 };
 
 static int api_load(struct cuda_api *api)
@@ -582,6 +646,10 @@ int backend_cuda_new(const struct backend_config *config, struct backend **ret)
 		r = CALL(c, cuDeviceGet, &c->devices[d], d);
 		if (r < 0)
 			goto err_close;
+		/* only residue mode reads it (NVML); without it, no check */
+		if (c->api.cuDeviceGetPCIBusId(c->bus_ids[d], sizeof(c->bus_ids[d]),
+					       c->devices[d]) != CUDA_SUCCESS)
+			c->bus_ids[d][0] = '\0';
 	}
 	pthread_mutex_init(&c->lock, NULL);
 	for (int d = 0; d < c->device_count; d++) {

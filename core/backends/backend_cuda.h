@@ -59,6 +59,20 @@ struct cuda_api {
 	/* the copy kernel (kernels/copy.cu) */
 	CUDA_FN(cuMemHostGetDevicePointer);
 	CUDA_FN(cuDeviceGetAttribute);
+	/* residue mode: which NVML device each one is (free_outside) */
+	CUDA_FN(cuDeviceGetPCIBusId);
+};
+
+/* NVML, loaded at the first free_outside (residue mode): a device's memory
+ * as the driver sees it, read without this process's CUDA state. */
+struct cuda_nvml {
+	bool loaded;
+	int error; /* 0, or why it cannot be used (-ENOTSUP) */
+	char why[128];
+	void *library;
+	int (*init)(void);
+	int (*by_bus_id)(const char *bus_id, void **ret_device);
+	int (*memory_info)(void *device, void *ret_memory);
 };
 
 /* One of our kernels in one device's context, loaded on first use
@@ -89,6 +103,8 @@ struct cuda_backend {
 	_Atomic(CUcontext) contexts[DORMANT_DEVICES_MAX];
 	struct cuda_kernel checksum[DORMANT_DEVICES_MAX];
 	struct cuda_kernel copy[DORMANT_DEVICES_MAX];
+	char bus_ids[DORMANT_DEVICES_MAX][32]; /* "0000:19:00.0" */
+	struct cuda_nvml nvml;
 };
 
 static inline struct cuda_backend *cuda(struct backend *b)

@@ -168,11 +168,30 @@ struct host_backend {
 	struct host_hash *hashes; /* waiting for their events, under lock */
 	struct host_spares spares;
 	unsigned hash_threads; /* threads hashing one large range (the "kernel") */
+	/* Residue mode's model of what the driver holds for the process on a
+	 * device it used (its context, libraries' workspaces): counted in
+	 * used[] from the device's first use until a checkpoint gives it back
+	 * (host_residue_bytes; 0: none). residue_held[d] says it is counted. */
+	uint64_t residue_bytes;
+	_Atomic bool residue_held[DORMANT_DEVICES_MAX];
 };
 
+/* Every op but the residue's own goes through here: it counts the calls
+ * made while the process is checkpointed (backend.h), which must be none. */
 static struct host_backend *host(struct backend *b)
 {
+	backend_note_call(b);
 	return (struct host_backend *)b;
+}
+
+/* The device's context comes with its first use, as CUDA's does. */
+static void residue_take(struct host_backend *h, int device)
+{
+	bool expected = false;
+
+	if (h->residue_bytes &&
+	    atomic_compare_exchange_strong(&h->residue_held[device], &expected, true))
+		atomic_fetch_add(&h->used[device], h->residue_bytes);
 }
 
 static int check_device(struct backend *b, int device)
@@ -485,6 +504,7 @@ static int host_va_reserve(struct backend *b, int device, size_t size, size_t al
 		return error_set(-ENOMEM, "reserving %zu bytes of address space: %s", size,
 				 strerror(errno));
 	atomic_store(&host(b)->active[device], true);
+	residue_take(host(b), device);
 	*ret = (uintptr_t)p;
 	return 0;
 }
@@ -1140,6 +1160,39 @@ static bool host_device_active(struct backend *b, int device)
 	return device >= 0 && device < host(b)->devices && atomic_load(&host(b)->active[device]);
 }
 
+/* As the driver's own view (NVML) would say it: no call into the device. */
+static int host_free_outside(struct backend *b, int device, uint64_t *ret_free,
+			     uint64_t *ret_total)
+{
+	struct host_backend *h = (struct host_backend *)b;
+	uint64_t used;
+
+	if (device < 0 || device >= h->devices)
+		return error_set(-ENODEV, "no device %d", device);
+	used = atomic_load(&h->used[device]);
+	*ret_free = used < h->capacity ? h->capacity - used : 0;
+	*ret_total = h->capacity;
+	return 0;
+}
+
+/* What the driver's checkpoint frees, and its restore takes again. */
+static void host_residue_checkpointed(struct backend *b, bool on)
+{
+	struct host_backend *h = (struct host_backend *)b;
+
+	for (int d = 0; d < h->devices; d++) {
+		bool expected = on;
+
+		if (!atomic_load(&h->active[d]) ||
+		    !atomic_compare_exchange_strong(&h->residue_held[d], &expected, !on))
+			continue;
+		if (on)
+			atomic_fetch_sub(&h->used[d], h->residue_bytes);
+		else
+			atomic_fetch_add(&h->used[d], h->residue_bytes);
+	}
+}
+
 static const struct backend_ops host_ops = {
 	.name = "host",
 	.destroy = host_destroy,
@@ -1173,6 +1226,8 @@ static const struct backend_ops host_ops = {
 	.checksum_start = host_checksum_start,
 	.checksum_queue = host_checksum_queue,
 	.checksum_finish = host_checksum_finish,
+	.free_outside = host_free_outside,
+	.residue_checkpointed = host_residue_checkpointed,
 };
 
 int backend_host_new(const struct backend_config *config, struct backend **ret)
@@ -1199,6 +1254,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->base.log = config->log;
 	h->devices = devices;
 	h->capacity = capacity;
+	h->residue_bytes = MIN((uint64_t)config->host_residue_bytes, capacity);
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
 	h->no_kernel = (env = getenv("DORMANT_HOST_CHECKSUM")) && strcmp(env, "0") == 0;
 	h->no_copy_kernel = (env = getenv("DORMANT_HOST_COPY_KERNEL")) && strcmp(env, "0") == 0;
@@ -1222,6 +1278,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 		return r;
 	}
 	atomic_store(&h->active[0], true);
+	residue_take(h, 0);
 	*ret = &h->base;
 	return 0;
 }

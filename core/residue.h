@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Residue mode (dormant.h, "Residue"; docs/design.md): the driver's process
+ * checkpoint of what the process holds on its devices outside every tag,
+ * driven through a helper process (residue_helper.c, residue_proto.h).
+ *
+ * The manager calls residue_checkpoint() at the end of a sleep that left
+ * every tag asleep and residue_restore() at the start of a wake, both from
+ * the thread running the transition (one at a time). Any thread may ask
+ * residue_checkpointed() and residue_stats_get(); a thread that reads a
+ * device outside a transition (stats) brackets the call with
+ * residue_device_enter()/residue_device_leave(), which refuse while the
+ * process is checkpointed, so that no such call starts once a checkpoint
+ * has begun. This module sits beside the manager, below transition.c: it
+ * sees the backend, never the tags.
+ */
+#ifndef DORMANT_RESIDUE_H
+#define DORMANT_RESIDUE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend.h"
+#include "dormant.h"
+#include "util.h"
+
+struct residue {
+	enum dormant_residue_mode mode; /* the option: KEEP or CHECKPOINT */
+	unsigned lock_timeout_ms;
+	struct backend *backend;
+	struct logger log;
+	/* no device call may start while set (residue_device_enter()) */
+	pthread_rwlock_t device_access;
+	_Atomic bool checkpointed;
+	/* the devices the process had used when it was checkpointed */
+	bool used[DORMANT_DEVICES_MAX];
+
+	pthread_mutex_t lock; /* the fields below; never held across the helper's I/O */
+	enum dormant_residue_state state;
+	char reason[DORMANT_ERROR_MAX];
+	bool unavailable_logged;
+	pid_t helper_pid; /* 0: none */
+	int helper_fd;    /* -1: none */
+	bool helper_busy; /* a request is under way: only its thread reaps */
+	uint64_t helper_starts;
+	uint64_t checkpoints, checkpoint_failures, restores, restore_failures;
+	double checkpoint_s_total, restore_s_total;
+	uint64_t residue_bytes[DORMANT_DEVICES_MAX]; /* freed by the last checkpoint */
+	char last_op[16];
+	int last_result;
+	double last_seconds;
+	char last_error[DORMANT_ERROR_MAX];
+};
+
+void residue_init(struct residue *r, struct backend *b, const struct logger *log,
+		  enum dormant_residue_mode mode, unsigned lock_timeout_ms);
+/* Stop the helper (it exits on end-of-file) and reap it. The process must
+ * not be checkpointed any more (residue_restore() first). */
+void residue_finish(struct residue *r);
+
+static inline bool residue_checkpointed(struct residue *r)
+{
+	return atomic_load(&r->checkpointed);
+}
+
+/*
+ * Checkpoint the process's device state now, with devices (the count the
+ * backend sees) measured before and after. Call with every tag asleep and
+ * nothing else touching a device. Returns 0 when checkpointed, else the
+ * failure (the residue stays resident and stats say why: the sleep that
+ * called it still succeeds); -ENOTSUP also marks the mode unavailable for
+ * good.
+ */
+int residue_checkpoint(struct residue *r, int devices);
+
+/*
+ * Restore the process's device state, if checkpointed, after checking that
+ * each device has room for its residue and need[d] more bytes (what the wake
+ * maps there). Returns 0 (also when there was nothing to restore); -ENOMEM
+ * when a device lacks room (nothing tried) or the driver ran out (then the
+ * state is stuck); -EIO or another errno with the driver's message when it
+ * failed and a later call may try again; -EPERM once stuck.
+ */
+int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_DEVICES_MAX]);
+
+/* Bracket a device call made outside a transition: false (nothing held)
+ * while the process is checkpointed. */
+bool residue_device_enter(struct residue *r);
+void residue_device_leave(struct residue *r);
+
+void residue_stats_get(struct residue *r, struct dormant_residue_stats *ret);
+
+#endif

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dormant-residue-helper: the process that checkpoints and restores its
+ * parent's device state for residue mode checkpoint (docs/design.md,
+ * "Residue"). The driver's process checkpoint (cuCheckpointProcessLock,
+ * ...Checkpoint, ...Restore, ...Unlock) acts on a process id from another
+ * process: libdormant starts this program with one end of a socket pair as
+ * file descriptor 3, sends it requests (residue_proto.h) and reads its
+ * replies.
+ *
+ * It acts on its parent only (the process id is taken once, at start, never
+ * from a request), runs with the parent's user and no more (it refuses to
+ * run set-user-ID), and exits when the socket reads end-of-file: when the
+ * parent closes its end or dies. It loads libcuda.so.1 at the first request
+ * that needs it and creates no CUDA context (cuInit alone, which restore
+ * needs), so it holds no device memory.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "residue_proto.h"
+
+/* The driver's types, as cuda.h has them: this program needs no cuda.h. */
+typedef int cu_result;
+struct cu_lock_args {
+	unsigned int timeout_ms;
+	unsigned int reserved0;
+	uint64_t reserved1[7];
+};
+struct cu_plain_args {
+	uint64_t reserved[8];
+};
+struct cu_restore_args {
+	void *gpu_pairs;
+	unsigned int gpu_pairs_count;
+	char reserved[52 - sizeof(void *)];
+	uint64_t reserved1;
+};
+#define CU_SUCCESS 0
+#define CU_ERROR_OUT_OF_MEMORY 2
+#define CU_ERROR_NOT_SUPPORTED 801
+#define CU_ERROR_NOT_READY 600
+#define CU_ERROR_ILLEGAL_STATE 401
+
+struct driver {
+	bool loaded;
+	int load_error; /* 0, or the -errno that loading failed with */
+	char load_message[RESIDUE_MESSAGE_MAX];
+	cu_result (*init)(unsigned int flags);
+	cu_result (*error_name)(cu_result r, const char **ret);
+	cu_result (*error_string)(cu_result r, const char **ret);
+	cu_result (*get_state)(int pid, int *ret);
+	cu_result (*lock)(int pid, struct cu_lock_args *args);
+	cu_result (*checkpoint)(int pid, struct cu_plain_args *args);
+	cu_result (*restore)(int pid, struct cu_restore_args *args);
+	cu_result (*unlock)(int pid, struct cu_plain_args *args);
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void say(struct residue_reply *rep, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void say(struct residue_reply *rep, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rep->message, sizeof(rep->message), fmt, ap);
+	va_end(ap);
+}
+
+static int driver_load(struct driver *d)
+{
+	static const char *const names[] = {
+		"cuCheckpointProcessGetState", "cuCheckpointProcessLock",
+		"cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore",
+		"cuCheckpointProcessUnlock",
+	};
+	void **slots[] = {
+		(void **)&d->get_state, (void **)&d->lock, (void **)&d->checkpoint,
+		(void **)&d->restore, (void **)&d->unlock,
+	};
+	void *lib;
+	cu_result r;
+
+	if (d->loaded)
+		return d->load_error;
+	d->loaded = true;
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(d->load_message, sizeof(d->load_message),
+			 "cannot load libcuda.so.1: %s", dlerror());
+		return d->load_error = -ENOTSUP;
+	}
+	*(void **)&d->init = dlsym(lib, "cuInit");
+	*(void **)&d->error_name = dlsym(lib, "cuGetErrorName");
+	*(void **)&d->error_string = dlsym(lib, "cuGetErrorString");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		*slots[i] = dlsym(lib, names[i]);
+		if (!*slots[i]) {
+			snprintf(d->load_message, sizeof(d->load_message),
+				 "the driver has no %s (the process checkpoint needs driver "
+				 "550 or later)",
+				 names[i]);
+			return d->load_error = -ENOTSUP;
+		}
+	}
+	/* restore needs cuInit (or persistence mode); it makes no context */
+	r = d->init ? d->init(0) : CU_SUCCESS;
+	if (r != CU_SUCCESS) {
+		snprintf(d->load_message, sizeof(d->load_message), "cuInit failed (%d)", r);
+		return d->load_error = -ENOTSUP;
+	}
+	return 0;
+}
+
+static int errno_of(cu_result r)
+{
+	switch (r) {
+	case CU_SUCCESS:
+		return 0;
+	case CU_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CU_ERROR_NOT_SUPPORTED:
+		return -ENOTSUP;
+	case CU_ERROR_NOT_READY:
+		return -EBUSY; /* the lock timed out: a thread stayed in a CUDA call */
+	default:
+		return -EIO;
+	}
+}
+
+/* Record a failed driver call in rep (its name, the driver's code, name and
+ * words) and return its errno. */
+static int driver_failed(struct driver *d, struct residue_reply *rep, const char *call,
+			 cu_result r)
+{
+	const char *name = NULL, *text = NULL;
+
+	if (d->error_name)
+		d->error_name(r, &name);
+	if (d->error_string)
+		d->error_string(r, &text);
+	rep->driver_code = r;
+	say(rep, "%s: %s (%d)%s%s", call, name ? name : "CUDA error", r, text ? ": " : "",
+	    text ? text : "");
+	return errno_of(r);
+}
+
+static int process_state(struct driver *d, int pid)
+{
+	int state = RESIDUE_PROCESS_UNKNOWN;
+
+	if (d->get_state(pid, &state) != CU_SUCCESS)
+		return RESIDUE_PROCESS_UNKNOWN;
+	return state;
+}
+
+static int cuda_op(struct driver *d, int pid, const struct residue_request *req,
+		   struct residue_reply *rep)
+{
+	struct cu_lock_args lock = { .timeout_ms = req->lock_timeout_ms };
+	struct cu_plain_args plain = { 0 };
+	struct cu_restore_args restore = { 0 };
+	int state, r;
+	cu_result cr;
+
+	r = driver_load(d);
+	if (r < 0) {
+		say(rep, "%s", d->load_message);
+		return r;
+	}
+	state = process_state(d, pid);
+	switch (req->op) {
+	case RESIDUE_OP_CHECKPOINT:
+		cr = d->lock(pid, &lock);
+		if (cr != CU_SUCCESS)
+			return driver_failed(d, rep, "cuCheckpointProcessLock", cr);
+		cr = d->checkpoint(pid, &plain);
+		if (cr != CU_SUCCESS) {
+			r = driver_failed(d, rep, "cuCheckpointProcessCheckpoint", cr);
+			/* leave it running, as it was: the residue stays */
+			d->unlock(pid, &plain);
+			return r;
+		}
+		return 0;
+	case RESIDUE_OP_RESTORE:
+		if (state == RESIDUE_PROCESS_RUNNING)
+			return 0;
+		if (state != RESIDUE_PROCESS_LOCKED) {
+			cr = d->restore(pid, &restore);
+			if (cr != CU_SUCCESS)
+				return driver_failed(d, rep, "cuCheckpointProcessRestore", cr);
+		}
+		cr = d->unlock(pid, &plain);
+		if (cr != CU_SUCCESS)
+			return driver_failed(d, rep, "cuCheckpointProcessUnlock", cr);
+		return 0;
+	default:
+		say(rep, "unknown request %u", req->op);
+		return -EINVAL;
+	}
+}
+
+/* The simulated device: nothing to do in the driver; the library models what
+ * the checkpoint frees. The helper still answers for its parent only. */
+static int host_op(int pid, const struct residue_request *req, struct residue_reply *rep)
+{
+	if (kill(pid, 0) < 0) {
+		say(rep, "process %d is gone", pid);
+		return -ESRCH;
+	}
+	if (req->op < RESIDUE_OP_CHECKPOINT || req->op > RESIDUE_OP_RESTORE) {
+		say(rep, "unknown request %u", req->op);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct driver driver = { 0 };
+	int pid = (int)getppid();
+
+	(void)argc;
+	(void)argv;
+	/* no privilege the parent lacks: never run set-user-ID or set-group-ID */
+	if (getuid() != geteuid() || getgid() != getegid())
+		return 2;
+	if (pid <= 1)
+		return 3; /* started by nobody, or the parent is gone already */
+	/* a dumpable helper could be traced by whoever can trace the trainer
+	 * anyway; a core of it holds nothing: keep it plain */
+	prctl(PR_SET_NAME, "dormant-residue", 0, 0, 0);
+	signal(SIGPIPE, SIG_IGN);
+	for (;;) {
+		struct residue_request req;
+		struct residue_reply rep = { .magic = RESIDUE_MAGIC,
+					     .process_state = RESIDUE_PROCESS_UNKNOWN };
+		double start;
+		ssize_t n;
+
+		n = recv(RESIDUE_HELPER_FD, &req, sizeof(req), 0);
+		if (n == 0)
+			return 0; /* the parent closed its end, or died */
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return 4;
+		}
+		if ((size_t)n != sizeof(req) || req.magic != RESIDUE_MAGIC) {
+			rep.result = -EPROTO;
+			say(&rep, "a request of %zd bytes that this helper does not know "
+				  "(a helper of another build?)",
+			    n);
+		} else if (req.fault < 0) {
+			/* tests: the driver call fails, as a real one would */
+			rep.result = req.fault;
+			rep.process_state = req.op == RESIDUE_OP_RESTORE ? RESIDUE_PROCESS_CHECKPOINTED
+									 : RESIDUE_PROCESS_RUNNING;
+			say(&rep, "injected fault: %s", strerror(-req.fault));
+		} else {
+			start = now_s();
+			rep.result = req.driver == RESIDUE_DRIVER_CUDA ? cuda_op(&driver, pid, &req, &rep)
+								       : host_op(pid, &req, &rep);
+			rep.seconds = now_s() - start;
+			if (req.driver == RESIDUE_DRIVER_CUDA && driver.get_state)
+				rep.process_state = process_state(&driver, pid);
+		}
+		if (send(RESIDUE_HELPER_FD, &rep, sizeof(rep), MSG_NOSIGNAL) < 0)
+			return errno == EPIPE ? 0 : 5;
+	}
+}
