@@ -169,19 +169,30 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep,
  * when out of memory. */
 json_t *api_stats_to_json(const struct dormant_stats *stats, json_t *extra);
 
+/* The residue object of the stats document (struct dormant_residue_stats);
+ * NULL when out of memory. */
+json_t *api_residue_json(const struct dormant_residue_stats *r);
+
+/* What a transition did with the residue, from the residue stats before and
+ * after it: the report's "residue" object (mode, state, action: "checkpoint",
+ * "restore" or "none", result, seconds, error). NULL when out of memory. */
+json_t *api_residue_action_json(const struct dormant_residue_stats *before,
+				const struct dormant_residue_stats *after);
+
 
 /* ---- transitions (transition.c) ------------------------------------------ */
 
 /* Run a transition and build its report. Returns what dormant_sleep() or
  * dormant_wake() returned; *ret_report is NULL when out of memory. */
 int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
-		       json_t **ret_report);
+		       enum dormant_residue_mode residue, json_t **ret_report);
 
 /* ---- Prometheus text (metrics.c) ----------------------------------------- */
 
 /* The /metrics body; faults_armed is dormant_faults_armed; extra (may be
  * NULL) is appended as is. Returns 0 or -ENOMEM; *ret_text is malloc()ed. */
-int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const char *extra,
-		     char **ret_text, size_t *ret_size);
+int api_metrics_text(const struct dormant_stats *stats,
+		     const struct dormant_residue_stats *residue, bool faults_armed,
+		     const char *extra, char **ret_text, size_t *ret_size);
 
 #endif

@@ -209,7 +209,8 @@ static void compat_run(struct api_context *ctx, enum api_kind kind, enum compat_
 	json_t *report;
 	int r;
 
-	r = api_transition_run(ctx->manager, kind, compat_list(t, stats), &report);
+	r = api_transition_run(ctx->manager, kind, compat_list(t, stats), DORMANT_RESIDUE_DEFAULT,
+			       &report);
 	if (report && json_array_size(t->ignored) > 0)
 		json_object_set(report, "ignored_tags", t->ignored);
 	api_respond_transition(ctx, kind, r, report, resp);

@@ -309,7 +309,27 @@ static json_t *body_object(const struct api_request *req, struct api_response *r
 	return doc;
 }
 
-static bool parse_body(const struct api_request *req, struct tag_list *list,
+/* The body's "residue" (a sleep's only): "keep" or "checkpoint" for this
+ * sleep, null or absent for the manager's option. */
+static bool parse_residue(json_t *value, enum dormant_residue_mode *ret,
+			  struct api_response *resp)
+{
+	enum dormant_residue_mode mode;
+
+	if (json_is_null(value))
+		return true;
+	if (!json_is_string(value) || strcmp(json_string_value(value), "default") == 0 ||
+	    dormant_residue_mode_from_name(json_string_value(value), &mode) < 0) {
+		api_problem(resp, 400, "bad-request", NULL,
+			    "\"residue\" must be \"keep\", \"checkpoint\" or null");
+		return false;
+	}
+	*ret = mode;
+	return true;
+}
+
+static bool parse_body(const struct api_request *req, bool residue_allowed,
+		       struct tag_list *list, enum dormant_residue_mode *residue,
 		       struct api_response *resp)
 {
 	json_t *doc, *tags, *value;
@@ -325,9 +345,15 @@ static bool parse_body(const struct api_request *req, struct tag_list *list,
 
 		if (strcmp(key, "tags") == 0)
 			continue;
+		if (residue_allowed && strcmp(key, "residue") == 0) {
+			if (!parse_residue(value, residue, resp))
+				goto out;
+			continue;
+		}
 		quote(shown, sizeof(shown), key);
 		api_problem(resp, 400, "bad-request", NULL,
-			    "unknown field '%s' (the body has only \"tags\")", shown);
+			    "unknown field '%s' (the body has only \"tags\"%s)", shown,
+			    residue_allowed ? " and \"residue\"" : "");
 		goto out;
 	}
 	tags = json_object_get(doc, "tags");
@@ -408,6 +434,7 @@ static void respond_transition(struct api_context *ctx, enum api_kind kind, int 
 void api_handle_transition(struct api_context *ctx, enum api_kind kind, bool level_allowed,
 			   const struct api_request *req, struct api_response *resp)
 {
+	enum dormant_residue_mode residue = DORMANT_RESIDUE_DEFAULT;
 	struct tag_list *list;
 	json_t *report;
 	int r;
@@ -429,9 +456,10 @@ void api_handle_transition(struct api_context *ctx, enum api_kind kind, bool lev
 			    shown);
 		goto out;
 	}
-	if (!body_is_blank(req) && !parse_body(req, list, resp))
+	if (!body_is_blank(req) && !parse_body(req, kind == API_SLEEP, list, &residue, resp))
 		goto out;
-	r = api_transition_run(ctx->manager, kind, list->given ? list->ptrs : NULL, &report);
+	r = api_transition_run(ctx->manager, kind, list->given ? list->ptrs : NULL, residue,
+			       &report);
 	respond_transition(ctx, kind, r, report, resp);
 out:
 	free(list);
@@ -513,6 +541,15 @@ void api_handle_stats(struct api_context *ctx, const struct api_request *req,
 	if (stats_fetch(ctx, &stats, resp) < 0)
 		return;
 	doc = api_stats_to_json(stats, stats_extra(ctx));
+	if (doc) {
+		struct dormant_residue_stats residue;
+
+		dormant_residue_stats_get(ctx->manager, &residue);
+		if (json_object_set_new(doc, "residue", api_residue_json(&residue)) < 0) {
+			json_decref(doc);
+			doc = NULL;
+		}
+	}
 	/* whether sleeps and wakes may fail on purpose: never hidden */
 	if (doc && json_object_set_new(doc, "faults",
 				       json_pack("{s:b, s:s?}", "armed", ctx->faults != NULL,
@@ -576,7 +613,12 @@ void api_handle_metrics(struct api_context *ctx, const struct api_request *req,
 			}
 		}
 	}
-	r = api_metrics_text(stats, ctx->faults != NULL, extra, &text, &size);
+	{
+		struct dormant_residue_stats residue;
+
+		dormant_residue_stats_get(ctx->manager, &residue);
+		r = api_metrics_text(stats, &residue, ctx->faults != NULL, extra, &text, &size);
+	}
 	free(extra);
 	free(stats);
 	if (r < 0) {

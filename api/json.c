@@ -160,6 +160,45 @@ static json_t *warmup_json(const struct dormant_warmup_stats *w)
 			 "last_error", text(w->last_error, sizeof(w->last_error)));
 }
 
+json_t *api_residue_json(const struct dormant_residue_stats *r)
+{
+	return json_pack("{s:s, s:s, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s, s:i, "
+			 "s:o, s:o}, s:o}",
+			 "mode", dormant_residue_mode_name(r->mode),
+			 "state", dormant_residue_state_name(r->state),
+			 "reason", text(r->reason, sizeof(r->reason)),
+			 "helper_pid", r->helper_pid,
+			 "helper_starts", count_json(r->helper_starts),
+			 "checkpoints", count_json(r->checkpoints),
+			 "checkpoint_failures", count_json(r->checkpoint_failures),
+			 "restores", count_json(r->restores),
+			 "restore_failures", count_json(r->restore_failures),
+			 "checkpoint_seconds_total", api_number(r->checkpoint_seconds_total, API_SECONDS),
+			 "restore_seconds_total", api_number(r->restore_seconds_total, API_SECONDS),
+			 "residue_bytes", count_json(r->residue_bytes),
+			 "last",
+			 "op", r->last_op,
+			 "result", r->last_result,
+			 "seconds", api_number(r->last_seconds, API_SECONDS),
+			 "error", text(r->last_error, sizeof(r->last_error)),
+			 "calls_while_checkpointed", count_json(r->calls_while_checkpointed));
+}
+
+json_t *api_residue_action_json(const struct dormant_residue_stats *before,
+				const struct dormant_residue_stats *after)
+{
+	bool acted = after->last_seq != before->last_seq;
+
+	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}",
+			 "mode", dormant_residue_mode_name(after->mode),
+			 "state", dormant_residue_state_name(after->state),
+			 "action", acted ? after->last_op : "none",
+			 "result", api_result_name(acted ? after->last_result : 0),
+			 "seconds", api_number(acted ? after->last_seconds : 0, API_SECONDS),
+			 "error", acted ? text(after->last_error, sizeof(after->last_error))
+					: json_string(""));
+}
+
 /* What copied a wake to the device (struct dormant_wake_copy). */
 static json_t *wake_copy_json(const struct dormant_wake_copy *w)
 {
@@ -409,6 +448,15 @@ DORMANT_EXPORT int dormant_stats_json(struct dormant *m, bool pretty, char **ret
 	free(stats);
 	if (!doc)
 		return error_set(-ENOMEM, "out of host memory");
+	{
+		struct dormant_residue_stats residue;
+
+		dormant_residue_stats_get(m, &residue);
+		if (json_object_set_new(doc, "residue", api_residue_json(&residue)) < 0) {
+			json_decref(doc);
+			return error_set(-ENOMEM, "out of host memory");
+		}
+	}
 	r = dump(doc, pretty, ret_json);
 	json_decref(doc);
 	return r;

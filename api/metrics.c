@@ -315,8 +315,50 @@ static void write_metrics(FILE *f, const struct dormant_stats *st)
 	}
 }
 
-int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const char *extra,
-		     char **ret_text, size_t *ret_size)
+/* Residue mode (struct dormant_residue_stats). */
+static void write_residue(FILE *f, const struct dormant_residue_stats *r)
+{
+	static const enum dormant_residue_state states[] = {
+		DORMANT_RESIDUE_RESIDENT, DORMANT_RESIDUE_CHECKPOINTED, DORMANT_RESIDUE_UNAVAILABLE,
+		DORMANT_RESIDUE_STUCK,
+	};
+
+	family(f, "dormant_residue_state", "gauge",
+	       "1 for the state of what the process holds on its devices outside tags "
+	       "(residue mode checkpoint), 0 for the others.");
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		fprintf(f, "dormant_residue_state{mode=\"%s\",state=\"%s\"} %d\n",
+			dormant_residue_mode_name(r->mode), dormant_residue_state_name(states[i]),
+			r->state == states[i]);
+	family(f, "dormant_residue_operations_total", "counter",
+	       "Process checkpoints and restores of the residue, by result.");
+	fputs("dormant_residue_operations_total{op=\"checkpoint\",result=\"ok\"}", f);
+	value_u64(f, r->checkpoints);
+	fputs("dormant_residue_operations_total{op=\"checkpoint\",result=\"failed\"}", f);
+	value_u64(f, r->checkpoint_failures);
+	fputs("dormant_residue_operations_total{op=\"restore\",result=\"ok\"}", f);
+	value_u64(f, r->restores);
+	fputs("dormant_residue_operations_total{op=\"restore\",result=\"failed\"}", f);
+	value_u64(f, r->restore_failures);
+	family(f, "dormant_residue_seconds_total", "counter",
+	       "Time the successful checkpoints and restores took.");
+	fputs("dormant_residue_seconds_total{op=\"checkpoint\"}", f);
+	value_double(f, r->checkpoint_seconds_total);
+	fputs("dormant_residue_seconds_total{op=\"restore\"}", f);
+	value_double(f, r->restore_seconds_total);
+	family(f, "dormant_residue_bytes", "gauge",
+	       "Device bytes the last checkpoint gave back (the residue), over every device.");
+	fputs("dormant_residue_bytes", f);
+	value_u64(f, r->residue_bytes);
+	family(f, "dormant_residue_helper_starts_total", "counter",
+	       "Residue helper processes started (one that dies is replaced).");
+	fputs("dormant_residue_helper_starts_total", f);
+	value_u64(f, r->helper_starts);
+}
+
+int api_metrics_text(const struct dormant_stats *stats,
+		     const struct dormant_residue_stats *residue, bool faults_armed,
+		     const char *extra, char **ret_text, size_t *ret_size)
 {
 	char *text = NULL;
 	size_t size = 0;
@@ -327,6 +369,8 @@ int api_metrics_text(const struct dormant_stats *stats, bool faults_armed, const
 	if (!f)
 		return error_set(-ENOMEM, "out of host memory");
 	write_metrics(f, stats);
+	if (residue)
+		write_residue(f, residue);
 	family(f, "dormant_faults_armed", "gauge",
 	       "1 when the fault switch (a test tool) makes sleeps and wakes fail on purpose.");
 	fprintf(f, "dormant_faults_armed %d\n", faults_armed ? 1 : 0);

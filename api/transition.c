@@ -12,8 +12,9 @@
 #include "dormant-json.h"
 
 int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
-		       json_t **ret_report)
+		       enum dormant_residue_mode residue, json_t **ret_report)
 {
+	struct dormant_residue_stats residue_before, residue_after;
 	char error[DORMANT_ERROR_MAX];
 	struct dormant_report *rep;
 	struct dormant_stats *stats;
@@ -29,7 +30,10 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 		*ret_report = NULL;
 		return error_set(-ENOMEM, "out of host memory");
 	}
-	r = kind == API_SLEEP ? dormant_sleep(m, tags, rep) : dormant_wake(m, tags, rep);
+	dormant_residue_stats_get(m, &residue_before);
+	r = kind == API_SLEEP ? dormant_sleep_residue(m, tags, residue, rep)
+			      : dormant_wake(m, tags, rep);
+	dormant_residue_stats_get(m, &residue_after);
 	if (r < 0 && rep->result == 0) {
 		/* failed before the manager wrote the report (argument checks) */
 		rep->result = r;
@@ -39,6 +43,12 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 	if (dormant_stats_get(m, stats) == 0)
 		state = api_manager_state(stats);
 	*ret_report = api_report_json(kind, rep, state);
+	if (*ret_report &&
+	    json_object_set_new(*ret_report, "residue",
+				api_residue_action_json(&residue_before, &residue_after)) < 0) {
+		json_decref(*ret_report);
+		*ret_report = NULL;
+	}
 	free(stats);
 	free(rep);
 	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
@@ -63,7 +73,7 @@ DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action
 	else
 		return error_set(-EINVAL, "action must be \"sleep\" or \"wake\", not \"%.64s\"",
 				 action);
-	r = api_transition_run(m, kind, tags, &report);
+	r = api_transition_run(m, kind, tags, DORMANT_RESIDUE_DEFAULT, &report);
 	if (!report)
 		return error_set(-ENOMEM, "out of host memory");
 	text = json_dumps(report, JSON_FLAGS_COMPACT);

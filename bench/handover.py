@@ -156,7 +156,10 @@ def memory_report(dm, torch=None, segments_of=None):
     rep = {"dormant": {"device_bytes": st["totals"]["device_bytes"],
                        "host_bytes": st["totals"]["host_bytes"],
                        "managed_bytes": sum(d["managed_bytes"] for d in st["devices"])}}
-    if torch is None:
+    residue = st.get("residue") or {}
+    rep["residue"] = {k: residue.get(k) for k in ("mode", "state", "residue_bytes", "last")}
+    # checkpointed (residue mode): a CUDA call would wait for the wake
+    if torch is None or residue.get("state") == "checkpointed":
         return rep
     try:
         glue = dm._torch
@@ -652,7 +655,13 @@ WAKE_COLUMNS = (("free", None), ("setup", "setup_s"), ("map", "map_s"),
 
 def part_row(report):
     t = report.get("times") or {}
-    return {k: t.get(k, 0.0) for k in PARTS}
+    row = {k: t.get(k, 0.0) for k in PARTS}
+    # residue mode checkpoint: the checkpoint (sleep) or restore (wake)
+    residue = report.get("residue") or {}
+    row["residue_s"] = residue.get("seconds") or 0.0
+    row["residue_action"] = residue.get("action", "none")
+    row["residue_result"] = residue.get("result", "ok")
+    return row
 
 
 def trainer_env(args, overlap, out, label):
