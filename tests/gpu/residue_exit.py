@@ -99,27 +99,36 @@ def child(scenario):
 
 
 def run(scenario):
+    import threading
     t0 = time.monotonic()
     p = subprocess.Popen([sys.executable, __file__, "child", scenario], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
-    out, result = [], None
-    try:
+    out, found = [], {}
+
+    def read():
         for line in p.stdout:
             out.append(line)
             if line.startswith("RESULT "):
-                result = json.loads(line[7:])
+                found["result"] = json.loads(line[7:])
             if line.startswith("READY"):
                 p.send_signal(signal.SIGTERM if scenario == "sigterm-asleep" else signal.SIGKILL)
-        rc = p.wait(timeout=90)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        rc = p.wait(timeout=60)
     except subprocess.TimeoutExpired:
         p.kill()
-        rc = "TIMEOUT (the process did not end)"
+        rc = "TIMEOUT (the process did not end in 60 s; killed)"
+    reader.join(timeout=5)
     end_s = round(time.monotonic() - t0, 1)
     time.sleep(1)
     left = smi_mib(p.pid)
-    print(f"{scenario}: rc {rc} in {end_s} s; GPU MiB left after it ended {left}; {json.dumps(result)}")
-    if result is None:
-        print("".join(out[-25:]))
+    result = found.get("result")
+    print(f"{scenario}: rc {rc} in {end_s} s; GPU MiB left after it ended {left}; "
+          f"{json.dumps(result)}", flush=True)
+    if result is None or not isinstance(rc, int):
+        print("".join(out[-25:]), flush=True)
     return rc, result
 
 
