@@ -779,8 +779,11 @@ struct dormant_residue_stats {
 	double checkpoint_seconds_total, restore_seconds_total;
 	/* device bytes the last checkpoint gave back, over every device */
 	uint64_t residue_bytes;
-	/* the last checkpoint or restore: "checkpoint", "restore" or "" */
+	/* the last checkpoint or restore (or a wake's room check that refused
+	 * one): "checkpoint", "restore" or ""; last_seq counts them, so that a
+	 * caller sees whether a transition made one */
 	char last_op[16];
+	uint64_t last_seq;
 	int last_result;                  /* 0 or a negative errno */
 	double last_seconds;
 	char last_error[DORMANT_ERROR_MAX];

@@ -308,6 +308,7 @@ static void record(struct residue *r, const char *op, int result, double seconds
 		   const char *message)
 {
 	snprintf(r->last_op, sizeof(r->last_op), "%s", op);
+	r->last_seq++;
 	r->last_result = result;
 	r->last_seconds = seconds;
 	snprintf(r->last_error, sizeof(r->last_error), "%s", result < 0 ? message : "");
@@ -502,6 +503,7 @@ void residue_stats_get(struct residue *r, struct dormant_residue_stats *ret)
 	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
 		ret->residue_bytes += r->residue_bytes[d];
 	memcpy(ret->last_op, r->last_op, sizeof(ret->last_op));
+	ret->last_seq = r->last_seq;
 	ret->last_result = r->last_result;
 	ret->last_seconds = r->last_seconds;
 	memcpy(ret->last_error, r->last_error, sizeof(ret->last_error));

@@ -50,6 +50,7 @@ struct residue {
 	double checkpoint_s_total, restore_s_total;
 	uint64_t residue_bytes[DORMANT_DEVICES_MAX]; /* freed by the last checkpoint */
 	char last_op[16];
+	uint64_t last_seq;
 	int last_result;
 	double last_seconds;
 	char last_error[DORMANT_ERROR_MAX];
