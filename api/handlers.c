@@ -100,6 +100,7 @@ static const char *problem_title(const char *slug)
 		{ "busy", "Busy" },
 		{ "cancelled", "Cancelled by a hook" },
 		{ "out-of-memory", "Out of memory" },
+		{ "restore-failed", "Restore failed" },
 		{ "not-ready", "Not ready" },
 		{ "overloaded", "Overloaded" },
 		{ "device-error", "Device error" },
@@ -388,6 +389,17 @@ out:
 	return ok;
 }
 
+/* Whether a wake's report says its residue restore failed (the room check's
+ * -ENOMEM aside, which is out-of-memory). */
+static bool residue_restore_failed(json_t *report)
+{
+	json_t *residue = json_object_get(report, "residue");
+	const char *action = json_string_value(json_object_get(residue, "action"));
+	const char *result = json_string_value(json_object_get(residue, "result"));
+
+	return action && result && strcmp(action, "restore") == 0 && strcmp(result, "ok") != 0;
+}
+
 static void respond_transition(struct api_context *ctx, enum api_kind kind, int r,
 			       json_t *report, struct api_response *resp)
 {
@@ -426,6 +438,14 @@ static void respond_transition(struct api_context *ctx, enum api_kind kind, int 
 		resp->retry_after_s = API_RETRY_AFTER_S;
 		break;
 	default:
+		/* a residue restore that failed: the tags are asleep with their
+		 * host copies, the next wake tries it again; one that ran out of
+		 * memory (-EPERM, "stuck") is refused for good: device-error */
+		if (r != -EPERM && residue_restore_failed(report)) {
+			api_problem(resp, 503, "restore-failed", extra, "%s", detail);
+			resp->retry_after_s = API_RETRY_AFTER_S;
+			break;
+		}
 		api_problem(resp, 500, "device-error", extra, "%s", detail);
 		break;
 	}

@@ -165,19 +165,44 @@ int faults_parse(const char *spec, struct fault_switch *fs)
 	return 0;
 }
 
+/* The residue's checkpoint runs after a sleep's after hooks and its restore
+ * before a wake's before hooks (no hook may run while the process is
+ * checkpointed): their rules stay armed between transitions instead, and
+ * count their calls from the arming (only sleeps checkpoint, only wakes
+ * restore). */
+static bool outside_hooks(enum dormant_fault_op op)
+{
+	return op == DORMANT_FAULT_CHECKPOINT || op == DORMANT_FAULT_RESTORE;
+}
+
+static void arm(struct dormant *m, struct fault_rule *rule)
+{
+	if (rule->times && rule->fired >= rule->times)
+		return;
+	rule->calls_at_arming = dormant_debug_op_count(m, rule->op);
+	rule->armed = dormant_debug_inject_fault(m, rule->op, rule->nth, rule->error, false) == 0;
+}
+
 /* Count what fired in the transition that ends (or ended, failing, without
- * its after hook), and disarm the rest. */
-static void settle(struct fault_switch *fs, struct dormant *m)
+ * its after hook), and disarm the rest; a rule armed between transitions
+ * stays armed until it fires, and is armed again while it has firings left. */
+static void settle(struct fault_switch *fs, struct dormant *m, bool ending)
 {
 	for (size_t i = 0; i < fs->count; i++) {
 		struct fault_rule *rule = &fs->rules[i];
+		bool fired;
 
 		if (!rule->armed)
 			continue;
-		if (dormant_debug_op_count(m, rule->op) - rule->calls_at_arming >= rule->nth)
+		fired = dormant_debug_op_count(m, rule->op) - rule->calls_at_arming >= rule->nth;
+		if (fired)
 			rule->fired++;
+		if (!fired && outside_hooks(rule->op) && !ending)
+			continue;
 		rule->armed = false;
 		dormant_debug_inject_fault(m, rule->op, 0, 0, false);
+		if (outside_hooks(rule->op) && !ending)
+			arm(m, rule);
 	}
 }
 
@@ -187,22 +212,19 @@ static int before(struct dormant *m, enum dormant_hook_point point, void *userda
 	struct fault_switch *fs = userdata;
 	unsigned when = point == DORMANT_HOOK_BEFORE_SLEEP ? FAULT_WHEN_SLEEP : FAULT_WHEN_WAKE;
 
-	settle(fs, m);
+	settle(fs, m, false);
 	for (size_t i = 0; i < fs->count; i++) {
 		struct fault_rule *rule = &fs->rules[i];
 
-		if (!(rule->when & when) || (rule->times && rule->fired >= rule->times))
-			continue;
-		rule->calls_at_arming = dormant_debug_op_count(m, rule->op);
-		rule->armed = dormant_debug_inject_fault(m, rule->op, rule->nth, rule->error,
-							 false) == 0;
+		if ((rule->when & when) && !outside_hooks(rule->op))
+			arm(m, rule);
 	}
 	return 0;
 }
 
 static int after(struct dormant *m, enum dormant_hook_point point, void *userdata)
 {
-	settle(userdata, m);
+	settle(userdata, m, false);
 	return 0;
 }
 
@@ -227,6 +249,9 @@ int faults_install(struct fault_switch *fs, struct dormant *m)
 		}
 		fs->hook_ids[i] = id;
 	}
+	for (size_t i = 0; i < fs->count; i++)
+		if (outside_hooks(fs->rules[i].op))
+			arm(m, &fs->rules[i]);
 	return 0;
 }
 
@@ -239,6 +264,6 @@ void faults_remove(struct fault_switch *fs)
 			dormant_hook_remove(fs->manager, fs->hook_ids[i]);
 		fs->hook_ids[i] = -1;
 	}
-	settle(fs, fs->manager);
+	settle(fs, fs->manager, true);
 	fs->manager = NULL;
 }

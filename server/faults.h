@@ -7,19 +7,26 @@
  *   SPEC  = RULE[,RULE]...
  *   RULE  = WHEN:OP[:NTH[:ERROR[:TIMES]]]
  *   WHEN  = sleep | wake | any
- *   OP    = create | map | copy | host-alloc | disk; create and map are called by
- *           wakes only, host-alloc by sleeps only: a rule that could never
- *           fire (sleep:create, sleep:map, wake:host-alloc) is refused, and
+ *   OP    = create | map | copy | host-alloc | disk | checkpoint | restore;
+ *           create, map and restore are called by wakes only, host-alloc and
+ *           checkpoint by sleeps only: a rule that could never fire
+ *           (sleep:create, sleep:map, wake:host-alloc, ...) is refused, and
  *           "any" arms where the operation is called
  *   NTH   = the nth call of OP inside the transition fails (default 1)
  *   ERROR = EIO, ENOMEM, EAGAIN, ENOSPC or a number (default ENOMEM for
- *           create, map and host-alloc, EIO for copy and disk)
+ *           create, map and host-alloc, EIO for the others)
  *   TIMES = how many times the fault fires, 0 without end (default 1)
  *
  * A rule is armed at the start of each transition of its kind while it has
  * firings left; it fired when the transition made at least NTH calls of OP
  * (dormant_debug_op_count()). Whatever did not fire is disarmed when the
  * transition ends, so that it never hits the trainer's own calls.
+ *
+ * Residue mode's checkpoint and restore run outside the hooks (after a
+ * sleep's last hook, before a wake's first: nothing may run while the process
+ * is checkpointed), and only inside sleeps and wakes: their rules stay armed
+ * from the start, NTH counting their calls since the arming or the last
+ * firing.
  */
 #ifndef DORMANT_SERVER_FAULTS_H
 #define DORMANT_SERVER_FAULTS_H

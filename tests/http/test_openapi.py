@@ -110,10 +110,11 @@ def check(response, path, method, body):
 # ---- a running dormantd ------------------------------------------------------
 
 class Daemon(Dormantd):
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.tmp = tempfile.TemporaryDirectory()
         super().__init__(DORMANTD, self.tmp.name, 'dormantd', *args, keep='4MiB',
-                         discard='4MiB', env={'DORMANT_HOST_DEVICE_BYTES': '256MiB'})
+                         discard='4MiB',
+                         env=dict({'DORMANT_HOST_DEVICE_BYTES': '256MiB'}, **(env or {})))
         # the port file is written first, then this line
         want = 'dormantd listening on http://127.0.0.1:%d\n' % self.port
         deadline = time.monotonic() + 10
@@ -335,6 +336,76 @@ def test_authentication(guarded):
     assert response.status == 200
     response, _ = guarded.request('POST', '/wake', headers=AUTH)
     assert response.status == 200
+
+
+@pytest.fixture
+def checkpointing():
+    # the first restore fails as a driver's would, once
+    # the simulated device holds 8 MiB for the process outside tags, as a
+    # CUDA context does
+    d = Daemon('--fault', 'wake:restore:1:EIO:1', env={'DORMANT_HOST_RESIDUE_BYTES': '8MiB'})
+    yield d
+    assert d.stop() == 0
+
+
+def metric(text, line_start):
+    for line in text.splitlines():
+        if line.startswith(line_start + ' '):
+            return float(line.split()[-1])
+    raise AssertionError('%s not in /metrics' % line_start)
+
+
+def test_residue_checkpoint_through_the_body(checkpointing):
+    d = checkpointing
+    _, stats = d.request('GET', '/stats')
+    assert stats['residue']['mode'] == 'keep' and stats['residue']['state'] == 'resident'
+    # a sleep that keeps the residue (the option's default) makes no checkpoint
+    response, doc = d.request('POST', '/sleep')
+    assert response.status == 200 and doc['residue']['action'] == 'none'
+    response, doc = d.request('POST', '/wake')
+    assert response.status == 200 and doc['residue']['action'] == 'none'
+    # this sleep's body asks for the checkpoint
+    response, doc = d.request('POST', '/sleep', {'tags': None, 'residue': 'checkpoint'})
+    assert response.status == 200 and doc['state'] == 'asleep'
+    assert doc['residue']['action'] == 'checkpoint'
+    assert doc['residue']['result'] == 'ok'
+    assert doc['residue']['state'] == 'checkpointed'
+    _, stats = d.request('GET', '/stats')
+    assert stats['residue']['state'] == 'checkpointed'
+    assert stats['residue']['checkpoints'] == 1
+    assert stats['residue']['helper_pid'] > 0
+    assert stats['residue']['residue_bytes'] == 8 << 20
+    assert stats['residue']['calls_while_checkpointed'] == 0
+    _, text = d.request('GET', '/metrics')
+    assert metric(text, 'dormant_residue_state{mode="keep",state="checkpointed"}') == 1
+    assert metric(text, 'dormant_residue_operations_total{op="checkpoint",result="ok"}') == 1
+    # a wake's body takes no residue; a sleep's only keep, checkpoint or null
+    response, doc = d.request('POST', '/wake', {'residue': 'checkpoint'})
+    assert response.status == 400 and 'no field' in doc['detail'] or 'residue' in doc['detail']
+    for bad in ('later', 1, True, ['checkpoint']):
+        response, doc = d.request('POST', '/sleep', {'residue': bad})
+        assert response.status == 400 and 'residue' in doc['detail'], (bad, doc)
+    # the restore fails (injected): 503 restore-failed, asleep, retryable
+    response, doc = d.request('POST', '/wake')
+    assert response.status == 503, doc
+    assert doc['type'] == 'urn:dormant:problem:restore-failed'
+    assert int(response.getheader('Retry-After')) > 0
+    assert doc['report']['state'] == 'asleep'
+    assert doc['report']['residue']['action'] == 'restore'
+    assert doc['report']['residue']['result'] == 'EIO'
+    _, stats = d.request('GET', '/stats')
+    assert stats['residue']['state'] == 'checkpointed'
+    assert stats['residue']['restore_failures'] == 1
+    # the same request again restores and wakes, every kept byte verified
+    response, doc = d.request('POST', '/wake')
+    assert response.status == 200 and doc['state'] == 'awake'
+    assert doc['residue']['action'] == 'restore' and doc['residue']['result'] == 'ok'
+    assert doc['chunks_verified'] > 0 and doc['chunk_mismatches'] == 0
+    _, stats = d.request('GET', '/stats')
+    assert stats['residue']['state'] == 'resident' and stats['residue']['restores'] == 1
+    _, text = d.request('GET', '/metrics')
+    assert metric(text, 'dormant_residue_operations_total{op="restore",result="failed"}') == 1
+    assert metric(text, 'dormant_residue_operations_total{op="restore",result="ok"}') == 1
 
 
 def test_every_route_and_the_statuses_dormantd_can_give_were_checked():
