@@ -39,6 +39,15 @@ DORMANT_EXPORT int dormant_stats_json(struct dormant *m, bool pretty, char **ret
 DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action,
 					   const char *const *tags, char **ret_json);
 
+/*
+ * As dormant_transition_json(m, "sleep", tags, ret_json), with the residue
+ * handled as residue names it for this sleep only: "keep", "checkpoint", or
+ * NULL or "default" for the manager's option (dormant_sleep_residue()).
+ * -EINVAL for another name, *ret_json untouched.
+ */
+DORMANT_EXPORT int dormant_sleep_json(struct dormant *m, const char *const *tags,
+				      const char *residue, char **ret_json);
+
 /* Free a string returned by the functions above. Accepts NULL. */
 DORMANT_EXPORT void dormant_json_free(char *json);
 

@@ -56,24 +56,14 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 	return r;
 }
 
-DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action,
-					   const char *const *tags, char **ret_json)
+static int transition_json(struct dormant *m, enum api_kind kind, const char *const *tags,
+			   enum dormant_residue_mode residue, char **ret_json)
 {
-	enum api_kind kind;
 	json_t *report;
 	char *text;
 	int r;
 
-	if (!m || !action || !ret_json)
-		return error_set(-EINVAL, "manager, action or ret_json is NULL");
-	if (strcmp(action, "sleep") == 0)
-		kind = API_SLEEP;
-	else if (strcmp(action, "wake") == 0)
-		kind = API_WAKE;
-	else
-		return error_set(-EINVAL, "action must be \"sleep\" or \"wake\", not \"%.64s\"",
-				 action);
-	r = api_transition_run(m, kind, tags, DORMANT_RESIDUE_DEFAULT, &report);
+	r = api_transition_run(m, kind, tags, residue, &report);
 	if (!report)
 		return error_set(-ENOMEM, "out of host memory");
 	text = json_dumps(report, JSON_FLAGS_COMPACT);
@@ -82,4 +72,30 @@ DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action
 		return error_set(-ENOMEM, "out of host memory");
 	*ret_json = text;
 	return r;
+}
+
+DORMANT_EXPORT int dormant_transition_json(struct dormant *m, const char *action,
+					   const char *const *tags, char **ret_json)
+{
+	if (!m || !action || !ret_json)
+		return error_set(-EINVAL, "manager, action or ret_json is NULL");
+	if (strcmp(action, "sleep") == 0)
+		return transition_json(m, API_SLEEP, tags, DORMANT_RESIDUE_DEFAULT, ret_json);
+	if (strcmp(action, "wake") == 0)
+		return transition_json(m, API_WAKE, tags, DORMANT_RESIDUE_DEFAULT, ret_json);
+	return error_set(-EINVAL, "action must be \"sleep\" or \"wake\", not \"%.64s\"", action);
+}
+
+DORMANT_EXPORT int dormant_sleep_json(struct dormant *m, const char *const *tags,
+				      const char *residue, char **ret_json)
+{
+	enum dormant_residue_mode mode = DORMANT_RESIDUE_DEFAULT;
+
+	if (!m || !ret_json)
+		return error_set(-EINVAL, "manager or ret_json is NULL");
+	if (residue && dormant_residue_mode_from_name(residue, &mode) < 0)
+		return error_set(-EINVAL, "residue must be \"keep\", \"checkpoint\" or "
+					  "\"default\", not \"%.64s\"",
+				 residue);
+	return transition_json(m, API_SLEEP, tags, mode, ret_json);
 }

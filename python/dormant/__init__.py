@@ -139,9 +139,9 @@ def set_policy(tag: str, policy: str, *,
     return manager().set_policy(tag, policy, rebuild=rebuild)
 
 
-def sleep(tags: Tags = None) -> Report:
+def sleep(tags: Tags = None, *, residue: Optional[str] = None) -> Report:
     """See Manager.sleep()."""
-    return manager().sleep(tags)
+    return manager().sleep(tags, residue=residue)
 
 
 def wake(tags: Tags = None) -> Report:

@@ -106,6 +106,8 @@ _PROTOTYPES = {
     "dormant_stats_json": (c_int, [c_void_p, c_bool, ctypes.POINTER(c_void_p)]),
     "dormant_transition_json": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_char_p),
                                         ctypes.POINTER(c_void_p)]),
+    "dormant_sleep_json": (c_int, [c_void_p, ctypes.POINTER(c_char_p), c_char_p,
+                                   ctypes.POINTER(c_void_p)]),
     "dormant_json_free": (None, [c_void_p]),
     # server/dormant-server.h
     # struct dormant_server_options is opaque too: its table is

@@ -732,7 +732,7 @@ class _Common:
         return min(delay, self.max_delay)
 
     @staticmethod
-    def _request(action, tags):
+    def _request(action, tags, residue=None):
         if action in ("sleep", "wake"):
             if tags is not None:
                 if isinstance(tags, str):
@@ -740,7 +740,12 @@ class _Common:
                 tags = list(tags)
                 if not all(isinstance(t, str) and t for t in tags):
                     raise ValueError("tags must be non-empty strings")
-            body = json.dumps({"tags": tags}).encode() if tags is not None else b""
+            fields = {} if tags is None else {"tags": tags}
+            if residue is not None:
+                if action != "sleep" or residue not in ("keep", "checkpoint"):
+                    raise ValueError("residue is a sleep's, 'keep' or 'checkpoint'")
+                fields["residue"] = residue
+            body = json.dumps(fields).encode() if fields else b""
             return "POST", f"/{action}", body
         return "GET", {"stats": "/stats", "health": "/healthz", "ready": "/readyz"}[action], None
 
@@ -815,29 +820,35 @@ class Client(_Common):
     """Blocking client over many endpoints (threads, `concurrency` at once).
     See the module and _Common.__init__ for the arguments."""
 
-    def _call(self, action, tags=None, together=False):
-        request = self._request(action, tags)
+    def _call(self, action, tags=None, together=False, residue=None):
+        request = self._request(action, tags, residue)
         workers = len(self.endpoints) if together else min(self.concurrency, len(self.endpoints))
         with concurrent.futures.ThreadPoolExecutor(workers, "dormant-client") as pool:
             results = list(pool.map(lambda ep: self._run_blocking(ep, request),
                                     self.endpoints))
         return self._finish(action, results)
 
-    def sleep(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
-        """POST /sleep on every rank (tags: a list, or None for every tag)."""
-        return self._call("sleep", tags)
+    def sleep(self, tags: Union[str, Sequence[str], None] = None, *,
+              residue: Optional[str] = None) -> List[RankResult]:
+        """POST /sleep on every rank (tags: a list, or None for every tag;
+        residue: "checkpoint" or "keep" for this sleep, None: each rank's
+        option; docs/design.md, "Residue")."""
+        return self._call("sleep", tags, residue=residue)
 
     def wake(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake on every rank (tags: a list, or None for every tag)."""
         return self._call("wake", tags)
 
-    def sleep_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
+    def sleep_together(self, tags: Union[str, Sequence[str], None] = None, *,
+                       residue: Optional[str] = None) -> List[RankResult]:
         """POST /sleep to every rank at once, `concurrency` notwithstanding.
         For the ranks of one job: each suspends its NCCL communicators after
         its copies, a collective that waits for every rank of the group, so
         a rank must never wait for a free slot while its peers wait for it
-        (docs/orchestrators.md, "Sleeping the ranks of a job together")."""
-        return self._call("sleep", tags, together=True)
+        (docs/orchestrators.md, "Sleeping the ranks of a job together").
+        With residue "checkpoint" each rank checkpoints itself once its
+        tags are asleep."""
+        return self._call("sleep", tags, together=True, residue=residue)
 
     def wake_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake to every rank at once (resuming the communicators is
@@ -891,8 +902,8 @@ class AsyncClient(_Common):
         except StopIteration as stop:
             return stop.value
 
-    async def _call(self, action, tags=None, together=False):
-        request = self._request(action, tags)
+    async def _call(self, action, tags=None, together=False, residue=None):
+        request = self._request(action, tags, residue)
         if not together:
             limit = asyncio.Semaphore(self.concurrency)
             results = await asyncio.gather(*(self._run_async(ep, request, limit)
@@ -906,17 +917,19 @@ class AsyncClient(_Common):
                                              for ep in self.endpoints))
         return self._finish(action, list(results))
 
-    async def sleep(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
-        """POST /sleep on every rank."""
-        return await self._call("sleep", tags)
+    async def sleep(self, tags: Union[str, Sequence[str], None] = None, *,
+                    residue: Optional[str] = None) -> List[RankResult]:
+        """POST /sleep on every rank (see Client.sleep)."""
+        return await self._call("sleep", tags, residue=residue)
 
     async def wake(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake on every rank."""
         return await self._call("wake", tags)
 
-    async def sleep_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
+    async def sleep_together(self, tags: Union[str, Sequence[str], None] = None, *,
+                             residue: Optional[str] = None) -> List[RankResult]:
         """POST /sleep to every rank at once (see Client.sleep_together)."""
-        return await self._call("sleep", tags, together=True)
+        return await self._call("sleep", tags, together=True, residue=residue)
 
     async def wake_together(self, tags: Union[str, Sequence[str], None] = None) -> List[RankResult]:
         """POST /wake to every rank at once (see Client.wake_together)."""

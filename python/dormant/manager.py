@@ -597,9 +597,15 @@ class Manager:
 
     # ---- transitions and stats --------------------------------------------
 
-    def _transition(self, action, tags):
+    def _transition(self, action, tags, residue=None):
         lib = self._lib
-        fn = lib.need("dormant_transition_json", f"{action}()")
+        if residue is not None:
+            if residue not in ("keep", "checkpoint"):
+                raise ValueError(f"residue must be 'keep', 'checkpoint' or None, not {residue!r}")
+            sleep_json = lib.need("dormant_sleep_json", "sleep(residue=...)")
+            fn = lambda m, _action, array, out: sleep_json(m, array, residue.encode(), out)  # noqa: E731
+        else:
+            fn = lib.need("dormant_transition_json", f"{action}()")
         if self._in_hook():
             raise BusyError(f"{action}() must not be called from a hook", errno.EBUSY)
         array, _keep = _tag_array(tags)
@@ -627,14 +633,20 @@ class Manager:
             raise err from cause
         return report
 
-    def sleep(self, tags: Union[str, Iterable[str], None] = None) -> Dict[str, Any]:
+    def sleep(self, tags: Union[str, Iterable[str], None] = None, *,
+              residue: Optional[str] = None) -> Dict[str, Any]:
         """Put tags (a name, a list of names, or None: every tag) to sleep.
         Waits for running training steps (see step()), runs the before-sleep
         hooks, releases device memory (copying "keep" tags to host memory).
+        residue: "checkpoint" or "keep" for this sleep only (None: option
+        residue): once every tag is asleep, "checkpoint" puts the rest of the
+        process's device state (CUDA context, cuBLAS, NCCL) through the
+        driver's process checkpoint; the next wake restores it. Its failure
+        does not fail the sleep: report["residue"] says what happened.
         Returns the report dict (as POST /sleep does). Raises BusyError,
         UnknownTagError, CancelledError, OutOfMemoryError, DeviceError, each
         with .report; a failed sleep leaves the tags awake, data intact."""
-        return self._transition("sleep", tags)
+        return self._transition("sleep", tags, residue)
 
     def wake(self, tags: Union[str, Iterable[str], None] = None) -> Dict[str, Any]:
         """Wake tags at the same addresses: "keep" tags restored, "discard"

@@ -180,3 +180,15 @@ def test_serve_publishes_a_discovery_record(mgr, tmp_path):
     with pytest.raises(dormant.InvalidArgumentError, match="role"):
         mgr.serve(port=0, publish=str(run), role="not a role", quiet=True)
     assert not mgr._servers  # the refused server was stopped
+
+
+def test_client_sleep_sends_the_residue_in_the_body():
+    from dormant.client import Client
+    assert Client._request("sleep", None, "checkpoint") == (
+        "POST", "/sleep", b'{"residue": "checkpoint"}')
+    assert Client._request("sleep", ["weights"], "keep") == (
+        "POST", "/sleep", b'{"tags": ["weights"], "residue": "keep"}')
+    assert Client._request("sleep", None) == ("POST", "/sleep", b"")
+    for action, residue in (("wake", "checkpoint"), ("sleep", "later")):
+        with pytest.raises(ValueError):
+            Client._request(action, None, residue)

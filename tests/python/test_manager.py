@@ -366,3 +366,54 @@ def test_warm_up_prepares_the_first_sleep():
         m.wake()
         assert m.copy_to_host(w, 4 * MiB) == data
         assert m.stats()["warmup"]["device_setups"] == 1
+
+
+def test_sleep_with_residue_checkpoint_and_the_wake_that_restores_it():
+    """Issue 34: Manager.sleep(residue="checkpoint") checkpoints the process's
+    residue once every tag is asleep (the host backend models it, 8 MiB per
+    used device here), stats say so, and the next wake restores it first;
+    residue="keep" or the option's default makes none."""
+    with dormant.Manager(backend="host", host_residue_bytes="8MiB", warmup="off") as m:
+        w = m.alloc("weights", 4 * MiB)
+        m.alloc("grads", 4 * MiB)
+        m.set_policy("grads", "discard")
+        data = pattern(4 * MiB, 9)
+        m.copy_to_device(w, data)
+        assert m.stats()["residue"]["mode"] == "keep"
+        report = m.sleep()
+        assert report["residue"]["action"] == "none"
+        m.wake()
+        report = m.sleep(residue="checkpoint")
+        assert report["residue"]["action"] == "checkpoint"
+        assert report["residue"]["result"] == "ok"
+        st = m.stats()["residue"]
+        assert st["state"] == "checkpointed" and st["checkpoints"] == 1
+        assert st["residue_bytes"] == 8 * MiB and st["helper_pid"] > 0
+        # nothing may touch the device while checkpointed
+        with pytest.raises(dormant.BusyError):
+            m.alloc("weights", 1 * MiB)
+        report = m.wake()
+        assert report["residue"]["action"] == "restore" and report["residue"]["result"] == "ok"
+        assert m.stats()["residue"]["state"] == "resident"
+        assert m.copy_to_host(w, 4 * MiB) == data
+        assert m.stats()["residue"]["calls_while_checkpointed"] == 0
+        # this sleep keeps it, whatever the option
+        assert m.sleep(residue="keep")["residue"]["action"] == "none"
+        m.wake()
+        with pytest.raises(ValueError):
+            m.sleep(residue="later")
+        assert m.stats()["state"] == "awake"
+
+
+def test_residue_option_checkpoints_every_sleep_that_leaves_every_tag_asleep():
+    with dormant.Manager(backend="host", residue="checkpoint", host_residue_bytes="4MiB",
+                         warmup="off") as m:
+        m.alloc("weights", 4 * MiB)
+        m.alloc("grads", 4 * MiB)
+        assert m.stats()["residue"]["mode"] == "checkpoint"
+        # a tag still awake: the residue stays
+        assert m.sleep("grads")["residue"]["action"] == "none"
+        assert m.sleep("weights")["residue"]["action"] == "checkpoint"
+        assert m.stats()["residue"]["state"] == "checkpointed"
+        assert m.wake("grads")["residue"]["action"] == "restore"
+        m.wake()
