@@ -3,15 +3,19 @@
  * residue-probe: residue mode checkpoint step by step, each step timed and
  * printed, so that a step that hangs shows which one (issue 34). Public API
  * only.
- *   residue-probe [--stats-asleep] [--cycles N] [--mib N]
+ *   residue-probe [--stats-asleep] [--cycles N] [--mib N] [--residue keep|checkpoint]
+ *                 [--hold S]
  * --stats-asleep reads dormant_stats_get() while checkpointed (the devices
- * through NVML).
+ * through NVML). --hold S: after each sleep, print "hold PID" and wait S
+ * seconds (with --residue keep, so that a process outside, such as
+ * dormant-residue-helper --pid PID checkpoint, can act on this one).
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dormant.h"
 
@@ -55,7 +59,9 @@ int main(int argc, char **argv)
 	struct dormant_stats *st = malloc(sizeof(*st));
 	struct dormant *m;
 	bool stats_asleep = false;
-	int cycles = 1;
+	int cycles = 1, hold_s = 0;
+	const char *residue = "checkpoint";
+	char options[128];
 	size_t mib = 256;
 	unsigned char *host, *back;
 	void *dev;
@@ -67,10 +73,18 @@ int main(int argc, char **argv)
 			cycles = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
 			mib = (size_t)atol(argv[++i]);
+		else if (strcmp(argv[i], "--residue") == 0 && i + 1 < argc)
+			residue = argv[++i];
+		else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc)
+			hold_s = atoi(argv[++i]);
 	}
 	t0 = now();
 	dormant_options_new(&o);
-	dormant_options_parse(o, "residue=checkpoint,warmup=off");
+	snprintf(options, sizeof(options), "residue=%s,warmup=off", residue);
+	if (dormant_options_parse(o, options) < 0) {
+		fprintf(stderr, "%s\n", dormant_last_error());
+		return 2;
+	}
 	dormant_options_set_log(o, logger, NULL);
 	if (dormant_new(o, &m) < 0) {
 		fprintf(stderr, "dormant_new: %s\n", dormant_last_error());
@@ -96,6 +110,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "sleep: %s\n", dormant_last_error());
 		say("slept");
 		residue_line(m);
+		if (hold_s > 0) {
+			fprintf(stderr, "[%8.3f] hold %d\n", now() - t0, (int)getpid());
+			sleep((unsigned)hold_s);
+			say("held");
+		}
 		if (stats_asleep) {
 			say("stats while checkpointed ...");
 			dormant_stats_get(m, st);

@@ -17,10 +17,12 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -73,6 +75,35 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* $DORMANT_RESIDUE_HELPER_TRACE names a file that gets a timestamped line
+ * before and after each step (diagnosing a step that does not return). */
+static FILE *trace_file;
+static double trace_t0;
+
+static void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void trace(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!trace_file)
+		return;
+	fprintf(trace_file, "[%9.3f] helper %d: ", now_s() - trace_t0, (int)getpid());
+	va_start(ap, fmt);
+	vfprintf(trace_file, fmt, ap);
+	va_end(ap);
+	fputc('\n', trace_file);
+	fflush(trace_file);
+}
+
+static void trace_open(void)
+{
+	const char *path = getenv("DORMANT_RESIDUE_HELPER_TRACE");
+
+	trace_t0 = now_s();
+	if (path && *path)
+		trace_file = fopen(path, "ae");
+}
+
 static void say(struct residue_reply *rep, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static void say(struct residue_reply *rep, const char *fmt, ...)
@@ -101,6 +132,7 @@ static int driver_load(struct driver *d)
 	if (d->loaded)
 		return d->load_error;
 	d->loaded = true;
+	trace("dlopen libcuda.so.1");
 	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
 		snprintf(d->load_message, sizeof(d->load_message),
@@ -121,7 +153,9 @@ static int driver_load(struct driver *d)
 		}
 	}
 	/* restore needs cuInit (or persistence mode); it makes no context */
+	trace("cuInit");
 	r = d->init ? d->init(0) : CU_SUCCESS;
+	trace("cuInit: %d", r);
 	if (r != CU_SUCCESS) {
 		snprintf(d->load_message, sizeof(d->load_message), "cuInit failed (%d)", r);
 		return d->load_error = -ENOTSUP;
@@ -165,11 +199,21 @@ static int driver_failed(struct driver *d, struct residue_reply *rep, const char
 static int process_state(struct driver *d, int pid)
 {
 	int state = RESIDUE_PROCESS_UNKNOWN;
+	cu_result r;
 
-	if (d->get_state(pid, &state) != CU_SUCCESS)
-		return RESIDUE_PROCESS_UNKNOWN;
-	return state;
+	trace("cuCheckpointProcessGetState(%d)", pid);
+	r = d->get_state(pid, &state);
+	trace("cuCheckpointProcessGetState: %d, state %d", r, state);
+	return r == CU_SUCCESS ? state : RESIDUE_PROCESS_UNKNOWN;
 }
+
+/* One driver call into cr, traced before and after. */
+#define TRACED(cr, name, call)                      \
+	do {                                        \
+		trace("%s(%d)", name, pid);         \
+		cr = (call);                        \
+		trace("%s: %d", name, cr);          \
+	} while (0)
 
 static int cuda_op(struct driver *d, int pid, const struct residue_request *req,
 		   struct residue_reply *rep)
@@ -188,14 +232,14 @@ static int cuda_op(struct driver *d, int pid, const struct residue_request *req,
 	state = process_state(d, pid);
 	switch (req->op) {
 	case RESIDUE_OP_CHECKPOINT:
-		cr = d->lock(pid, &lock);
+		TRACED(cr, "cuCheckpointProcessLock", d->lock(pid, &lock));
 		if (cr != CU_SUCCESS)
 			return driver_failed(d, rep, "cuCheckpointProcessLock", cr);
-		cr = d->checkpoint(pid, &plain);
+		TRACED(cr, "cuCheckpointProcessCheckpoint", d->checkpoint(pid, &plain));
 		if (cr != CU_SUCCESS) {
 			r = driver_failed(d, rep, "cuCheckpointProcessCheckpoint", cr);
 			/* leave it running, as it was: the residue stays */
-			d->unlock(pid, &plain);
+			TRACED(cr, "cuCheckpointProcessUnlock", d->unlock(pid, &plain));
 			return r;
 		}
 		return 0;
@@ -203,11 +247,11 @@ static int cuda_op(struct driver *d, int pid, const struct residue_request *req,
 		if (state == RESIDUE_PROCESS_RUNNING)
 			return 0;
 		if (state != RESIDUE_PROCESS_LOCKED) {
-			cr = d->restore(pid, &restore);
+			TRACED(cr, "cuCheckpointProcessRestore", d->restore(pid, &restore));
 			if (cr != CU_SUCCESS)
 				return driver_failed(d, rep, "cuCheckpointProcessRestore", cr);
 		}
-		cr = d->unlock(pid, &plain);
+		TRACED(cr, "cuCheckpointProcessUnlock", d->unlock(pid, &plain));
 		if (cr != CU_SUCCESS)
 			return driver_failed(d, rep, "cuCheckpointProcessUnlock", cr);
 		return 0;
@@ -232,18 +276,73 @@ static int host_op(int pid, const struct residue_request *req, struct residue_re
 	return 0;
 }
 
+/*
+ * By hand, from outside the process (diagnosis, or a process left locked or
+ * checkpointed):
+ *   dormant-residue-helper --pid PID state|checkpoint|restore
+ * prints what the driver answered; exit status 0 when it succeeded.
+ */
+static int by_hand(int argc, char **argv)
+{
+	static const char *const state_names[] = { "running", "locked", "checkpointed",
+						   "failed" };
+	struct residue_request req = { .magic = RESIDUE_MAGIC, .driver = RESIDUE_DRIVER_CUDA,
+				       .lock_timeout_ms = 10000 };
+	struct residue_reply rep = { 0 };
+	struct driver driver = { 0 };
+	char *end;
+	long pid;
+	int r, state;
+
+	if (argc != 4 || strcmp(argv[1], "--pid") != 0) {
+		fprintf(stderr, "usage: %s --pid PID state|checkpoint|restore\n", argv[0]);
+		return 2;
+	}
+	pid = strtol(argv[2], &end, 10);
+	if (*end || pid <= 1 || pid > INT_MAX) {
+		fprintf(stderr, "%s: '%s' is not a process id\n", argv[0], argv[2]);
+		return 2;
+	}
+	if (strcmp(argv[3], "checkpoint") == 0) {
+		req.op = RESIDUE_OP_CHECKPOINT;
+	} else if (strcmp(argv[3], "restore") == 0) {
+		req.op = RESIDUE_OP_RESTORE;
+	} else if (strcmp(argv[3], "state") != 0) {
+		fprintf(stderr, "%s: '%s' is not state, checkpoint or restore\n", argv[0], argv[3]);
+		return 2;
+	}
+	r = driver_load(&driver);
+	if (r < 0) {
+		fprintf(stderr, "%s: %s\n", argv[0], driver.load_message);
+		return 1;
+	}
+	if (req.op) {
+		double start = now_s();
+
+		r = cuda_op(&driver, (int)pid, &req, &rep);
+		printf("%s: %s in %.3f s%s%s\n", argv[3], r < 0 ? "failed" : "done", now_s() - start,
+		       r < 0 ? ": " : "", r < 0 ? rep.message : "");
+	}
+	state = process_state(&driver, (int)pid);
+	printf("process %ld: %s\n", pid,
+	       state >= 0 && state < 4 ? state_names[state] : "unknown (no CUDA, or refused)");
+	return r < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct driver driver = { 0 };
 	int pid = (int)getppid();
 
-	(void)argc;
-	(void)argv;
 	/* no privilege the parent lacks: never run set-user-ID or set-group-ID */
 	if (getuid() != geteuid() || getgid() != getegid())
 		return 2;
+	trace_open();
+	if (argc > 1)
+		return by_hand(argc, argv);
 	if (pid <= 1)
 		return 3; /* started by nobody, or the parent is gone already */
+	trace("serving process %d", pid);
 	/* a dumpable helper could be traced by whoever can trace the trainer
 	 * anyway; a core of it holds nothing: keep it plain */
 	prctl(PR_SET_NAME, "dormant-residue", 0, 0, 0);
@@ -255,7 +354,9 @@ int main(int argc, char **argv)
 		double start;
 		ssize_t n;
 
+		trace("waiting for a request");
 		n = recv(RESIDUE_HELPER_FD, &req, sizeof(req), 0);
+		trace("request: %zd bytes, op %u", n, n == (ssize_t)sizeof(req) ? req.op : 0);
 		if (n == 0)
 			return 0; /* the parent closed its end, or died */
 		if (n < 0) {
@@ -282,6 +383,7 @@ int main(int argc, char **argv)
 			if (req.driver == RESIDUE_DRIVER_CUDA && driver.get_state)
 				rep.process_state = process_state(&driver, pid);
 		}
+		trace("reply: %d %s", rep.result, rep.message);
 		if (send(RESIDUE_HELPER_FD, &rep, sizeof(rep), MSG_NOSIGNAL) < 0)
 			return errno == EPIPE ? 0 : 5;
 	}
