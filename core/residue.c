@@ -11,7 +11,9 @@
  * dies. The library reaps it: in residue_finish(), when a request finds it
  * dead, and when stats see it gone. A helper that dies is replaced at the
  * next request: the driver's state belongs to this process, not to the
- * helper, so a new helper restores what an old one checkpointed.
+ * helper, so a new helper restores what an old one checkpointed. Where Yama
+ * restricts tracing to ancestors, the process names the helper its tracer
+ * (PR_SET_PTRACER) while it runs.
  */
 #include "residue.h"
 
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,6 +106,7 @@ static void helper_reap(struct residue *r, bool kill_it)
 		 * reaped it already makes this ECHILD, which is fine */
 		while (waitpid(r->helper_pid, NULL, 0) < 0 && errno == EINTR)
 			;
+		prctl(PR_SET_PTRACER, 0, 0, 0, 0);
 		r->helper_pid = 0;
 	}
 }
@@ -147,6 +151,15 @@ static int helper_start(struct residue *r)
 		close(sv[0]);
 		return error_set(-e, "starting %s: %s", path, strerror(e));
 	}
+	/* Yama (ptrace_scope 1, the default of most distributions) lets a
+	 * process be traced by its ancestors only, unless it names a tracer:
+	 * the driver acts on this process from the helper, its child. The
+	 * helper is this process's own program and acts on it alone; without
+	 * Yama there is nothing to set (EINVAL). */
+	if (prctl(PR_SET_PTRACER, (unsigned long)pid, 0, 0, 0) < 0 && errno != EINVAL)
+		log_write(&r->log, DORMANT_LOG_WARNING,
+			  "residue: cannot name the helper as this process's tracer: %s",
+			  strerror(errno));
 	r->helper_pid = pid;
 	r->helper_fd = sv[0];
 	r->helper_starts++;
@@ -484,6 +497,8 @@ void residue_stats_get(struct residue *r, struct dormant_residue_stats *ret)
 	/* a helper that died while idle is reaped here, not left a zombie */
 	if (!r->helper_busy && r->helper_pid > 0 &&
 	    waitpid(r->helper_pid, NULL, WNOHANG) == r->helper_pid) {
+		/* its process id may be reused: no longer this process's tracer */
+		prctl(PR_SET_PTRACER, 0, 0, 0, 0);
 		r->helper_pid = 0;
 		if (r->helper_fd >= 0)
 			close(r->helper_fd);
