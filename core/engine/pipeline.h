@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "transfer.h"
+#include "state.h"
 #include "wakecopy.h"
 
 struct flight {

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "transfer.h"
+#include "state.h"
 
 struct prep {
 	struct engine *e;

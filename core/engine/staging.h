@@ -11,7 +11,7 @@
 #ifndef DORMANT_STAGING_H
 #define DORMANT_STAGING_H
 
-#include "transfer.h"
+#include "state.h"
 
 /* Allocate, fault in and pin device d's ring unless it has one. */
 int staging_ready(struct engine *e, int d);

@@ -12,27 +12,10 @@
 #include "mapper.h"
 #include "pipeline.h"
 #include "prepare.h"
+#include "hostcopy.h"
 #include "staging.h"
 #include "verify.h"
 #include "wakecopy.h"
-
-/* ---- accounting ---------------------------------------------------------- */
-
-void engine_account_device(struct engine *e, const struct chunk_owner *o, int64_t delta)
-{
-	atomic_fetch_add(&e->device_bytes[o->device], (uint64_t)delta);
-	atomic_fetch_add(&o->held->device_bytes, (uint64_t)delta);
-}
-
-void engine_account_host(struct held_bytes *held, int64_t delta)
-{
-	atomic_fetch_add(&held->host_bytes, (uint64_t)delta);
-}
-
-void engine_account_disk(struct held_bytes *held, int64_t delta)
-{
-	atomic_fetch_add(&held->disk_bytes, (uint64_t)delta);
-}
 
 /* ---- disk copies --------------------------------------------------------- */
 
@@ -175,227 +158,6 @@ int engine_device_setup(struct engine *e, int d)
 	if (r == 0 && !e->pin_host)
 		r = staging_ready(e, d);
 	return r;
-}
-
-/* ---- chunk release ------------------------------------------------------- */
-
-int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c)
-{
-	struct backend *b = e->backend;
-	double start = now_monotonic_s();
-	int r;
-
-	r = b->ops->mem_unmap(b, o->device, c->va, c->size);
-	if (r < 0) {
-		engine_time_add(&e->release_ns, start);
-		return error_prefix(r, "unmapping %zu bytes at %#lx", c->size, (unsigned long)c->va);
-	}
-	c->mapped = false;
-	engine_account_device(e, o, -(int64_t)c->size);
-	r = b->ops->mem_release(b, o->device, c->handle);
-	engine_time_add(&e->release_ns, start);
-	if (r < 0)
-		log_write(&e->log, DORMANT_LOG_WARNING, "releasing physical memory: %s",
-			  dormant_last_error());
-	return 0;
-}
-
-struct deferred_free {
-	struct backend *backend;
-	struct hostbuf buffer;
-	struct held_bytes *held;
-};
-
-static void deferred_free_run(void *arg)
-{
-	struct deferred_free *job = arg;
-	size_t size = job->buffer.size;
-
-	hostbuf_free(job->backend, &job->buffer);
-	engine_account_host(job->held, -(int64_t)size);
-	free(job);
-}
-
-bool engine_pinned_awake_reserve(struct engine *e, size_t size)
-{
-	uint64_t held = atomic_load(&e->reclaim_pinned);
-
-	do {
-		if (held + size > e->reclaim_pinned_max)
-			return false;
-	} while (!atomic_compare_exchange_weak(&e->reclaim_pinned, &held, held + size));
-	return true;
-}
-
-void engine_pinned_awake_unreserve(struct engine *e, size_t size)
-{
-	atomic_fetch_sub(&e->reclaim_pinned, size);
-}
-
-/* A chunk's host copy leaves (freed, or reclaimable after all): the room it
- * held under reclaimable_pinned_bytes goes back. */
-static void pinned_awake_end(struct engine *e, struct chunk *c)
-{
-	if (!c->pinned_awake)
-		return;
-	engine_pinned_awake_unreserve(e, c->host.size);
-	c->pinned_awake = false;
-}
-
-/* Give a host copy back; unmapping gigabytes takes a while, so it happens on
- * a worker thread and the host bytes fall when it is done. */
-static void host_release(struct engine *e, struct held_bytes *held, struct chunk *c)
-{
-	struct deferred_free *job;
-
-	engine_host_settle(e, &c->host);
-	job = malloc(sizeof(*job));
-	c->host_valid = false;
-	c->retained = false;
-	if (c->host.reclaimable) {
-		/* counted again, as every buffer freed is */
-		engine_account_host(held, (int64_t)c->host.size);
-		c->host.reclaimable = false;
-	}
-	if (!job) {
-		engine_host_free(e, held, c);
-		return;
-	}
-	pinned_awake_end(e, c);
-	job->backend = e->backend;
-	job->buffer = c->host;
-	job->held = held;
-	memset(&c->host, 0, sizeof(c->host));
-	workers_submit(e->workers, deferred_free_run, job);
-}
-
-void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c)
-{
-	size_t size;
-	bool counted;
-
-	engine_host_settle(e, &c->host);
-	size = c->host.size;
-	counted = !c->host.reclaimable;
-	pinned_awake_end(e, c);
-	hostbuf_free(e->backend, &c->host);
-	if (counted)
-		engine_account_host(held, -(int64_t)size);
-}
-
-/* Host mode reclaimable: a chunk's unpin and MADV_FREE, on a worker. It
- * works on a copy of the buffer (the chunk is its owner's, who waits for
- * done before touching the buffer: engine_host_settle()). */
-struct reclaim_job {
-	struct engine *e;
-	struct hostbuf buffer;
-	struct held_bytes *held;
-	bool done; /* under e->reclaim_lock */
-};
-
-/* Unpin and hand to the kernel; a failure of MADV_FREE is said once. */
-static void reclaim_pages(struct engine *e, struct hostbuf *hb, struct held_bytes *held)
-{
-	size_t size = hb->size;
-
-	log_write(&e->log, DORMANT_LOG_DEBUG,
-		  "unpinning a %zu-byte host copy for the kernel to reclaim", size);
-	if (hostbuf_make_reclaimable(e->backend, hb) != 0 &&
-	    !atomic_exchange(&e->reclaim_warned, true))
-		log_write(&e->log, DORMANT_LOG_WARNING, "host mode reclaimable: %s",
-			  dormant_last_error());
-	/* held until unpinned; what the kernel leaves shows as LazyFree */
-	engine_account_host(held, -(int64_t)size);
-}
-
-static void reclaim_run(void *arg)
-{
-	struct reclaim_job *job = arg;
-	struct engine *e = job->e;
-
-	reclaim_pages(e, &job->buffer, job->held);
-	pthread_mutex_lock(&e->reclaim_lock);
-	job->done = true;
-	e->reclaims_pending--;
-	pthread_cond_broadcast(&e->reclaim_cond);
-	pthread_mutex_unlock(&e->reclaim_lock);
-}
-
-void engine_host_settle(struct engine *e, struct hostbuf *hb)
-{
-	struct reclaim_job *job = hb->reclaim;
-
-	if (!job)
-		return;
-	pthread_mutex_lock(&e->reclaim_lock);
-	if (!job->done)
-		log_write(&e->log, DORMANT_LOG_DEBUG,
-			  "waiting for the unpin of a %zu-byte host copy", hb->size);
-	while (!job->done)
-		pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
-	pthread_mutex_unlock(&e->reclaim_lock);
-	free(job);
-	hb->reclaim = NULL;
-}
-
-void engine_reclaims_wait(struct engine *e)
-{
-	pthread_mutex_lock(&e->reclaim_lock);
-	if (e->reclaims_pending)
-		log_write(&e->log, DORMANT_LOG_DEBUG, "waiting for %u host copies' unpin",
-			  e->reclaims_pending);
-	while (e->reclaims_pending)
-		pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
-	pthread_mutex_unlock(&e->reclaim_lock);
-}
-
-/* Host mode reclaimable: whether c's host copy stays pinned while awake (it
- * did already, or the room left under reclaimable_pinned_bytes takes it). */
-static bool pinned_awake_keeps(struct engine *e, struct chunk *c)
-{
-	if (!c->host.pin_piece) /* unpinned: nothing to keep */
-		return false;
-	if (!c->pinned_awake && !engine_pinned_awake_reserve(e, c->host.size))
-		return false;
-	c->pinned_awake = true;
-	c->host_valid = false;
-	c->retained = false; /* stale once the trainer writes: as reclaimed */
-	return true;
-}
-
-/* Host mode reclaimable: the buffer stays mapped, unpinned, for the kernel to
- * take (not counted as host memory held once unpinned); the next sleep
- * reuses it. The wake does not wait for the unpin: a worker does it, and the
- * buffer is marked reclaimable at once. */
-static void host_reclaim(struct engine *e, struct held_bytes *held, struct chunk *c)
-{
-	struct reclaim_job *job = malloc(sizeof(*job));
-
-	c->host_valid = false;
-	c->retained = false;
-	if (!job) { /* here, then */
-		reclaim_pages(e, &c->host, held);
-		return;
-	}
-	*job = (struct reclaim_job){ .e = e, .buffer = c->host, .held = held };
-	c->host.pin_piece = 0;
-	c->host.reclaimable = true;
-	c->host.reclaim = job;
-	pthread_mutex_lock(&e->reclaim_lock);
-	e->reclaims_pending++;
-	pthread_mutex_unlock(&e->reclaim_lock);
-	workers_submit(e->workers, reclaim_run, job);
-}
-
-/* A host copy no wake needs any more, as the host mode says. */
-static void host_done(struct engine *e, struct held_bytes *held, struct chunk *c)
-{
-	if (!c->host.ptr || c->host.reclaimable)
-		return;
-	if (e->mode == DORMANT_HOST_RELEASE)
-		host_release(e, held, c);
-	else if (e->mode == DORMANT_HOST_RECLAIMABLE && !pinned_awake_keeps(e, c))
-		host_reclaim(e, held, c);
 }
 
 void engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c)
@@ -740,14 +502,14 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			t->skipped += c->plan.skipped;
 			/* a retained host copy would hold nothing now */
 			if (c->host.ptr)
-				host_release(e, it->owner.held, c);
+				engine_host_release(e, it->owner.held, c);
 			disk_release(it->owner.held, c);
 			continue;
 		}
 		if (xfer_is_disk(it)) {
 			/* kept in host memory before its policy became disk */
 			if (c->host.ptr)
-				host_release(e, it->owner.held, c);
+				engine_host_release(e, it->owner.held, c);
 			r = disk_ready(e, d, it);
 		} else {
 			wait = now_monotonic_s();
@@ -830,7 +592,7 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 
 		if (c->mapped) {
 			c->host_valid = false;
-			host_done(e, items[i].owner.held, c);
+			engine_host_done(e, items[i].owner.held, c);
 			disk_release(items[i].owner.held, c);
 		}
 	}
@@ -1109,7 +871,7 @@ void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
 			continue;
 		checksum_commit(e, it);
 		c->host_valid = false;
-		host_done(e, it->owner.held, c);
+		engine_host_done(e, it->owner.held, c);
 		/* a disk copy is never kept: its file goes, retain mode or not */
 		disk_release(it->owner.held, c);
 	}

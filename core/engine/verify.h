@@ -24,7 +24,7 @@
 #ifndef DORMANT_VERIFY_H
 #define DORMANT_VERIFY_H
 
-#include "transfer.h"
+#include "state.h"
 
 int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t count,
 		   struct xfer_totals *t);
