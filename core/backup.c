@@ -139,6 +139,11 @@ DORMANT_EXPORT int dormant_host_backup_read(struct dormant *m, const void *ptr, 
 	return r;
 }
 
+DORMANT_EXPORT enum dormant_host_mode dormant_host_mode(const struct dormant *m)
+{
+	return m->host_mode;
+}
+
 DORMANT_EXPORT int dormant_set_host_mode(struct dormant *m, enum dormant_host_mode mode)
 {
 	int r = 0;

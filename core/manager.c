@@ -346,11 +346,6 @@ DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m)
 	return m->backend->ops->name;
 }
 
-DORMANT_EXPORT enum dormant_host_mode dormant_host_mode(const struct dormant *m)
-{
-	return m->host_mode;
-}
-
 bool manager_all_asleep(struct dormant *m)
 {
 	for (size_t i = 0; i < m->tag_count; i++)
@@ -556,23 +551,6 @@ static void owner_unlink(struct alloc *a)
 		*link = a->slab_next;
 		a->slab_next = NULL;
 	}
-}
-
-void alloc_destroy(struct dormant *m, struct alloc *a)
-{
-	struct chunk_owner owner = alloc_owner(a);
-
-	for (size_t i = 0; i < a->chunk_count; i++) {
-		engine_chunk_drop(&m->engine, &owner, &a->chunks[i]);
-		plan_finish(&a->chunks[i].plan);
-	}
-	marks_finish(&a->marks);
-	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0)
-		log_write(&m->log, DORMANT_LOG_WARNING, "freeing an address range: %s",
-			  dormant_last_error());
-	if (a->is_slab)
-		slab_space_finish(&a->space);
-	free(a);
 }
 
 void chunk_update_data_bytes(struct alloc *a, struct chunk *c)

@@ -6,7 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "manager.h"
+#include "alloc.h"
+#include "manager_state.h"
 #include "prepare.h"
 
 /* ---- host copies (retain and reclaimable modes) --------------------------- */

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/* An allocation's end (alloc.h). */
+#include "alloc.h"
+
+#include <stdlib.h>
+
+void alloc_destroy(struct dormant *m, struct alloc *a)
+{
+	struct chunk_owner owner = alloc_owner(a);
+
+	for (size_t i = 0; i < a->chunk_count; i++) {
+		engine_chunk_drop(&m->engine, &owner, &a->chunks[i]);
+		plan_finish(&a->chunks[i].plan);
+	}
+	marks_finish(&a->marks);
+	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0)
+		log_write(&m->log, DORMANT_LOG_WARNING, "freeing an address range: %s",
+			  dormant_last_error());
+	if (a->is_slab)
+		slab_space_finish(&a->space);
+	free(a);
+}
