@@ -1,29 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Backend selection, and the wrappers that add fault injection. */
+/* The wrappers every backend shares: fault injection, call counting. */
 #include "backend.h"
 
 #include <errno.h>
 #include <string.h>
-
-int backend_new(const struct backend_config *config, struct backend **ret)
-{
-	const char *name = config->name ? config->name : "auto";
-	int r;
-
-	if (strcmp(name, "host") == 0)
-		return backend_host_new(config, ret);
-	if (strcmp(name, "cuda") == 0)
-		return backend_cuda_new(config, ret);
-	if (strcmp(name, "auto") != 0)
-		return error_set(-EINVAL, "unknown backend '%s' (use auto, cuda or host)", name);
-
-	r = backend_cuda_new(config, ret);
-	if (r == 0)
-		return 0;
-	log_write(&config->log, DORMANT_LOG_INFO, "no usable CUDA device (%s); using the host backend",
-		  dormant_last_error());
-	return backend_host_new(config, ret);
-}
 
 void backend_destroy(struct backend *b)
 {

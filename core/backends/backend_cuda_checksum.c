@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
+#include "backend_cuda_kernel.h"
 
 /* $DORMANT_CHECKSUM_PTX names a PTX file to load instead of the embedded one
  * (a test tool: the GPU suite runs a fresh nvcc build this way). */

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend_cuda.h"
+#include "backend_cuda_kernel.h"
 
 #define COPY_KERNEL "dormant_copy_kernel"
 #define COPY_THREADS 1024 /* kernels/copy.cu: __launch_bounds__(1024, 2) */

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend_cuda.h"
+#include "backend_cuda_kernel.h"
 
 /* The PTX file an environment variable names (a test tool: the GPU suite runs
  * a fresh nvcc build this way), or NULL. */

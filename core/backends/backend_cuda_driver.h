@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA backend's private parts (backend_cuda.c), shared with its
- * kernels' code (backend_cuda_checksum.c, backend_cuda_copy.c). Only with
- * cuda.h.
+ * The CUDA backend's bottom floor (backend_cuda_driver.c): the driver's
+ * functions as loaded, struct cuda_backend, the one place a CUresult becomes
+ * an errno, and the primary context made current around a call. Everything
+ * else of the backend (backend_cuda.c, the kernels' loader and code) stands
+ * on it. Only with cuda.h.
  */
-#ifndef DORMANT_BACKEND_CUDA_H
-#define DORMANT_BACKEND_CUDA_H
+#ifndef DORMANT_BACKEND_CUDA_DRIVER_H
+#define DORMANT_BACKEND_CUDA_DRIVER_H
 
 #include <cuda.h>
 #include <pthread.h>
@@ -86,14 +88,6 @@ struct cuda_kernel {
 	CUfunction function;
 };
 
-/* Where a kernel comes from. */
-struct cuda_kernel_source {
-	const char *ptx;     /* embedded PTX */
-	const char *name;    /* the function */
-	const char *what;    /* for messages: "checksum kernel" */
-	const char *ptx_env; /* an environment variable naming a PTX file to load instead, or NULL */
-};
-
 struct cuda_backend {
 	struct backend base;
 	struct cuda_api api;
@@ -119,27 +113,5 @@ int cuda_result(struct cuda_backend *c, CUresult result, const char *call);
 /* Make device's primary context current; *saved receives the caller's. */
 int context_enter(struct cuda_backend *c, int device, CUcontext *saved);
 void context_leave(struct cuda_backend *c, CUcontext saved);
-
-/* k's function, loaded from src into the current context (device's) on the
- * first call; -ENOTSUP (the first failure's message) when that failed. */
-int cuda_kernel_get(struct cuda_backend *c, struct cuda_kernel *k,
-		    const struct cuda_kernel_source *src, CUfunction *ret);
-void cuda_kernel_init(struct cuda_kernel *k);
-/* Unload it from device's context; k is done with. */
-void cuda_kernel_unload(struct cuda_backend *c, int device, struct cuda_kernel *k);
-
-/* The checksum ops (backend.h), in backend_cuda_checksum.c. */
-int cuda_checksum(struct backend *b, int device, const struct checksum_range *ranges,
-		  size_t count, void *stream, struct checksum *out);
-int cuda_checksum_start(struct backend *b, int device, const struct checksum_range *ranges,
-			size_t count, const size_t *groups, size_t group_count, void *stream,
-			void **ret_job);
-int cuda_checksum_queue(struct backend *b, int device, void *job, size_t g, void *event);
-int cuda_checksum_finish(struct backend *b, int device, void *job, struct checksum *out);
-int cuda_checksum_prepare(struct backend *b, int device);
-
-/* The copy kernel's op (backend.h), in backend_cuda_copy.c. */
-int cuda_copy_to_device_kernel(struct backend *b, int device, uintptr_t dst, const void *src,
-			       size_t size, void *stream);
 
 #endif
