@@ -6,6 +6,7 @@
 
 #include "alloc.h"
 #include "manager_state.h"
+#include "warmup.h"
 
 /* Shared between manager.c, transition.c and guard.c; call with m->lock. */
 struct tag *tag_find(struct dormant *m, const char *name);

@@ -23,7 +23,7 @@
 #include "residue.h"
 #include "slab.h"
 #include "transfer.h"
-#include "warmup.h"
+#include "warmup_state.h"
 #include "workers.h"
 
 struct tag;
@@ -42,8 +42,9 @@ struct alloc {
 	size_t size;
 	size_t reserved;           /* address space of its own (0 for a sub-allocation) */
 	int device;
-	/* As asked for: DORMANT_KEEP, DORMANT_DISCARD, or DORMANT_POLICY_TAG
-	 * (follows the tag, whatever its policy is at the next sleep). A slab
+	/* As asked for: DORMANT_KEEP, DORMANT_DISCARD, DORMANT_DISK, or
+	 * DORMANT_POLICY_TAG (follows the tag, whatever its policy is at the
+	 * next sleep; a tag may also be DORMANT_REBUILD). A slab
 	 * and its sub-allocations share it: slabs never mix policies. */
 	int policy;
 	struct tag *tag;

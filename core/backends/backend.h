@@ -3,8 +3,14 @@
  * The device backend interface: what the manager needs from a device, as a
  * table of functions. Two implementations: backend_cuda.c (the CUDA driver
  * API, loaded at run time) and backend_host.c (a simulated device on host
- * memory). The manager never calls the table directly: it goes through the
- * backend_*() wrappers below, which add fault injection and call counts.
+ * memory). The calls a test makes fail (creating, mapping and copying
+ * memory) go through the backend_*() wrappers below, which add fault
+ * injection; host allocations, disk, checkpoint and restore check their
+ * fault where they are made (backend_fault_check()). Everything else
+ * (streams, events, unmapping, releasing, queries) is called through the
+ * table directly. Both backends note every call that reaches the device
+ * (backend_note_call()), to count those made while the process is
+ * checkpointed.
  *
  * Every function returns 0 or a negative errno and records a message with
  * error_set(). All of them are safe to call from any thread.
