@@ -157,3 +157,67 @@ def test_ground_floor_includes_no_room():
     found = [(rel, name) for rel, name in room_includes("", backends | engine | manager)
              if pathlib.PurePosixPath(rel).name in FLOOR]
     assert not found, found
+
+
+# Floors inside a room (docs/design.md, "Architecture"): a file includes no
+# header of a floor above its own. Each floor lists its files by stem; a
+# header a floor may not include is any header of a higher floor.
+FLOORS = {
+    "engine": [
+        {"state", "chunk", "extent", "hostbuf", "workers", "diskfile", "wakecopy"},
+        {"staging", "hostcopy", "checksum", "verify"},
+        {"pipeline", "prepare", "mapper"},
+        {"transfer"},
+    ],
+    "backends": [
+        {"backend", "hash", "hash_mix"},
+        {"backend_cuda_driver", "backend_host"},
+        {"backend_cuda_kernel", "backend_cuda_checksum", "backend_cuda_copy"},
+        {"backend_cuda"},
+        {"backend_choose"},
+    ],
+    # the manager's room: its data at the bottom; the files on top share
+    # manager.h and may use each other (one room, one header)
+    "": [
+        {"warmup_state", "residue", "residue_proto", "options", "slab", "util", "version"},
+        {"manager_state"},
+        {"alloc"},
+        {"manager", "warmup", "guard", "backup", "torch", "transition", "manager_verify",
+         "residue_helper"},
+    ],
+}
+
+
+def floor_violations(folder, floors):
+    level = {stem: i for i, floor in enumerate(floors) for stem in floor}
+    root = CORE / folder if folder else CORE
+    found = []
+    for path in sorted(root.glob("*")):
+        if path.suffix not in (".c", ".h") or path.stem not in level:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for name in includes(text):
+            stem = pathlib.PurePosixPath(name).stem
+            if pathlib.PurePosixPath(name).suffix == ".h" and level.get(stem, -1) > level[path.stem]:
+                found.append(f"{path.relative_to(REPO).as_posix()} includes {name}")
+    return found
+
+
+def test_every_file_of_a_room_has_a_floor():
+    """A new file must say where it stands: in FLOORS above."""
+    missing = []
+    for folder, floors in FLOORS.items():
+        known = set().union(*floors)
+        root = CORE / folder if folder else CORE
+        missing += [p.relative_to(REPO).as_posix() for p in sorted(root.glob("*"))
+                    if p.suffix in (".c", ".h") and p.stem not in known
+                    and p.name not in FLOOR]
+    assert not missing, f"files with no floor in tests/ci/test_layout.py's FLOORS: {missing}"
+
+
+def test_no_file_includes_a_floor_above_its_own():
+    found = []
+    for folder, floors in FLOORS.items():
+        found += floor_violations(folder, floors)
+    assert not found, ("a file includes a header of a floor above its own (move the piece it "
+                       f"needs down, or pass it in as a callback): {found}")
