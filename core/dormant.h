@@ -177,6 +177,9 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   residue_lock_timeout_ms  int  $DORMANT_RESIDUE_LOCK_TIMEOUT_MS  10000:
  *                      how long the checkpoint waits for the process's
  *                      threads to leave their CUDA calls
+ *   residue_timeout_ms  int  $DORMANT_RESIDUE_TIMEOUT_MS  120000: how long a
+ *                      checkpoint or restore may take before its helper is
+ *                      stopped (at least the lock's timeout and 5 s)
  *   host_residue_bytes size   $DORMANT_HOST_RESIDUE_BYTES  0 (host backend):
  *                      what each used simulated device holds for the process
  *                      outside tags, as a CUDA context does

@@ -193,7 +193,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	residue_init(&m->residue, m->backend, &m->log,
 		     strcmp(o.residue, "checkpoint") == 0 ? DORMANT_RESIDUE_CHECKPOINT
 							 : DORMANT_RESIDUE_KEEP,
-		     (unsigned)o.residue_lock_timeout_ms);
+		     (unsigned)o.residue_lock_timeout_ms, (unsigned)o.residue_timeout_ms);
 	r = workers_new((unsigned)o.copy_threads, &m->workers);
 	if (r < 0) {
 		error_set(r, "starting copy threads");

@@ -235,6 +235,14 @@ static const struct option options[] = {
 		       "leave their CUDA calls before it gives up (the residue then stays)",
 	},
 	{
+		.name = "residue_timeout_ms", .type = OPTION_INT,
+		.offset = FIELD(residue_timeout_ms), .default_value = "120000",
+		.env = "DORMANT_RESIDUE_TIMEOUT_MS", .min = 1000, .max = 3600000,
+		.doc = "residue checkpoint: how long a checkpoint or a restore may take before "
+		       "its helper is stopped (the checkpoint's residue stays, a restore is "
+		       "tried again by the next wake); at least the lock's timeout and 5 s",
+	},
+	{
 		.name = "host_residue_bytes", .type = OPTION_SIZE, .offset = FIELD(host_residue_bytes),
 		.default_value = "0", .env = "DORMANT_HOST_RESIDUE_BYTES", .min = 0,
 		.doc = "host backend only: what each used simulated device holds for the process "

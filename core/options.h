@@ -42,6 +42,7 @@ struct dormant_options {
 	int warmup_settle_ms;
 	const char *residue;
 	int residue_lock_timeout_ms;
+	int residue_timeout_ms;
 	size_t host_residue_bytes;
 
 	dormant_log_fn log_fn;

@@ -36,9 +36,8 @@
 
 extern char **environ;
 
-/* How long a request may take beyond the lock's own timeout: the driver
- * copies about 2 GB/s each way (a 32 GiB process takes 26 s out). */
-#define HELPER_SLACK_S 300
+/* A request's timeout is at least the lock's and this much more. */
+#define HELPER_SLACK_S 5
 
 static const char helper_name[] = "dormant-residue-helper";
 
@@ -255,11 +254,14 @@ static int helper_call(struct residue *r, const struct residue_request *req, dou
 }
 
 void residue_init(struct residue *r, struct backend *b, const struct logger *log,
-		  enum dormant_residue_mode mode, unsigned lock_timeout_ms)
+		  enum dormant_residue_mode mode, unsigned lock_timeout_ms, unsigned timeout_ms)
 {
+	double floor_s = lock_timeout_ms / 1000.0 + HELPER_SLACK_S;
+
 	*r = (struct residue){
 		.mode = mode == DORMANT_RESIDUE_CHECKPOINT ? mode : DORMANT_RESIDUE_KEEP,
 		.lock_timeout_ms = lock_timeout_ms,
+		.request_timeout_s = timeout_ms / 1000.0 > floor_s ? timeout_ms / 1000.0 : floor_s,
 		.backend = b,
 		.log = *log,
 		.helper_fd = -1,
@@ -365,7 +367,7 @@ int residue_checkpoint(struct residue *r, int devices)
 								    DORMANT_FAULT_CHECKPOINT));
 	/* from here no device call starts outside this thread */
 	freeze(r, true);
-	e = helper_call(r, &req, r->lock_timeout_ms / 1000.0 + HELPER_SLACK_S, &rep);
+	e = helper_call(r, &req, r->request_timeout_s, &rep);
 	seconds = now_monotonic_s() - start;
 	if (e < 0) {
 		/* The helper died or hung mid-request: the driver may have done
@@ -449,7 +451,7 @@ int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_
 		return error_set(-ENOMEM, "%s", message);
 	}
 	req = request(r, RESIDUE_OP_RESTORE, backend_fault_check(r->backend, DORMANT_FAULT_RESTORE));
-	e = helper_call(r, &req, r->lock_timeout_ms / 1000.0 + HELPER_SLACK_S, &rep);
+	e = helper_call(r, &req, r->request_timeout_s, &rep);
 	seconds = now_monotonic_s() - start;
 	if (e == 0 && rep.result == 0) {
 		if (r->backend->ops->residue_checkpointed)

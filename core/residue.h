@@ -30,6 +30,7 @@
 struct residue {
 	enum dormant_residue_mode mode; /* the option: KEEP or CHECKPOINT */
 	unsigned lock_timeout_ms;
+	double request_timeout_s; /* a checkpoint's or restore's, helper included */
 	struct backend *backend;
 	struct logger log;
 	/* no device call may start while set (residue_device_enter()) */
@@ -57,7 +58,7 @@ struct residue {
 };
 
 void residue_init(struct residue *r, struct backend *b, const struct logger *log,
-		  enum dormant_residue_mode mode, unsigned lock_timeout_ms);
+		  enum dormant_residue_mode mode, unsigned lock_timeout_ms, unsigned timeout_ms);
 /* Stop the helper (it exits on end-of-file) and reap it. The process must
  * not be checkpointed any more (residue_restore() first). */
 void residue_finish(struct residue *r);

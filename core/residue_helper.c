@@ -369,6 +369,11 @@ int main(int argc, char **argv)
 			say(&rep, "a request of %zd bytes that this helper does not know "
 				  "(a helper of another build?)",
 			    n);
+		} else if (req.fault == -ETIMEDOUT) {
+			/* tests: a driver call that never returns */
+			trace("injected: never answering");
+			for (;;)
+				pause();
 		} else if (req.fault < 0) {
 			/* tests: the driver call fails, as a real one would */
 			rep.result = req.fault;

@@ -47,7 +47,8 @@ struct residue_request {
 	uint32_t op;             /* enum residue_op */
 	uint32_t driver;         /* enum residue_driver */
 	uint32_t lock_timeout_ms;
-	int32_t fault;           /* tests: non-zero, fail the op with this -errno */
+	int32_t fault;           /* tests: non-zero, fail the op with this -errno
+	                          * (-ETIMEDOUT: never answer, as a hung driver) */
 	int32_t reserved;
 };
 

@@ -241,6 +241,38 @@ Test(residue, a_failed_checkpoint_leaves_the_sleep_done_and_the_next_sleep_retri
 	dormant_destroy(m);
 }
 
+Test(residue, a_checkpoint_that_does_not_return_is_stopped_and_the_wake_restores)
+{
+	/* the request's timeout: the lock's (1 ms) and 5 s at least */
+	struct dormant *m = checkpointing("residue_lock_timeout_ms=1,residue_timeout_ms=1000");
+	struct dormant_residue_stats r;
+	void *weights, *grads;
+	int helper;
+
+	trainer(m, &weights, &grads);
+	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_CHECKPOINT, 1, -ETIMEDOUT, false),
+		     0);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "the sleep itself succeeded");
+	expect_all(m, DORMANT_ASLEEP);
+	r = residue(m);
+	cr_expect_eq(r.last_result, -ETIMEDOUT);
+	cr_expect(strstr(r.last_error, "did not answer"), "%s", r.last_error);
+	cr_expect_eq(r.checkpoint_failures, 1);
+	cr_expect_eq(r.helper_pid, 0, "the hung helper was stopped");
+	/* the driver may have done part of it: the wake restores whatever is there */
+	cr_expect_eq(r.state, DORMANT_RESIDUE_CHECKPOINTED);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	r = residue(m);
+	cr_expect_eq(r.state, DORMANT_RESIDUE_RESIDENT);
+	cr_expect_eq(r.helper_starts, 2);
+	helper = r.helper_pid;
+	cr_expect_gt(helper, 0);
+	cr_expect(holds(m, weights, 24 * MiB, 1));
+	cr_expect_eq(r.calls_while_checkpointed, 0);
+	dormant_destroy(m);
+	cr_expect(reaped(helper));
+}
+
 Test(residue, a_failed_restore_fails_the_wake_and_the_next_wake_retries)
 {
 	struct dormant *m = checkpointing(NULL);
