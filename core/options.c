@@ -237,7 +237,7 @@ static const struct option options[] = {
 	{
 		.name = "residue_timeout_ms", .type = OPTION_INT,
 		.offset = FIELD(residue_timeout_ms), .default_value = "120000",
-		.env = "DORMANT_RESIDUE_TIMEOUT_MS", .min = 1000, .max = 3600000,
+		.env = "DORMANT_RESIDUE_TIMEOUT_MS", .min = 1, .max = 3600000,
 		.doc = "residue checkpoint: how long a checkpoint or a restore may take before "
 		       "its helper is stopped (the checkpoint's residue stays, a restore is "
 		       "tried again by the next wake); at least the lock's timeout and 5 s",
