@@ -66,6 +66,8 @@ static const char usage_text[] =
 	"\n"
 	"Options:\n"
 	"  -t, --tags LIST          comma-separated tags for sleep and wake (default: all)\n"
+	"      --residue MODE       sleep: keep or checkpoint the process's residue\n"
+	"                           (default: each server's option residue)\n"
 	"  -j, --concurrency N      requests in flight at most (default 64, at most 4096)\n"
 	"      --timeout SECONDS    per attempt, connection included (default 120)\n"
 	"      --connect-timeout SECONDS  (default 5)\n"
@@ -88,6 +90,7 @@ struct options {
 	const struct ctl_command_info *command;
 	char *tags_spec;
 	char **tags;           /* NULL-terminated, or NULL for all */
+	const char *residue;   /* sleep's "residue", or NULL */
 	const char *file;
 	const char *dns;
 	bool discover;
@@ -250,12 +253,17 @@ static char *request_body(const struct options *o)
 	json_t *doc;
 	char *text;
 
-	if (!o->tags)
+	if (!o->tags && !o->residue)
 		return NULL;
-	tags = json_array();
-	for (size_t i = 0; o->tags[i]; i++)
-		json_array_append_new(tags, json_string(o->tags[i]));
-	doc = json_pack("{s:O}", "tags", tags);
+	doc = json_object();
+	if (o->tags) {
+		tags = json_array();
+		for (size_t i = 0; o->tags[i]; i++)
+			json_array_append_new(tags, json_string(o->tags[i]));
+		json_object_set(doc, "tags", tags);
+	}
+	if (o->residue)
+		json_object_set_new(doc, "residue", json_string(o->residue));
 	text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
 	json_decref(doc);
 	return text;
@@ -272,6 +280,7 @@ enum {
 	OPT_NO_PROGRESS,
 	OPT_DISCOVER,
 	OPT_ROLE,
+	OPT_RESIDUE,
 };
 
 static const struct option long_options[] = {
@@ -290,6 +299,7 @@ static const struct option long_options[] = {
 	{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
 	{ "discover", optional_argument, NULL, OPT_DISCOVER },
 	{ "role", required_argument, NULL, OPT_ROLE },
+	{ "residue", required_argument, NULL, OPT_RESIDUE },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -389,6 +399,11 @@ static int parse_options(int argc, char **argv, struct options *o)
 		case OPT_NO_PROGRESS:
 			o->no_progress = true;
 			break;
+		case OPT_RESIDUE:
+			if (strcmp(optarg, "keep") != 0 && strcmp(optarg, "checkpoint") != 0)
+				return usage_error("--residue: '%s' is not keep or checkpoint", optarg);
+			o->residue = optarg;
+			break;
 		case 'h':
 			fputs(usage_text, stdout);
 			exit(EXIT_SUCCESS);
@@ -422,6 +437,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 		if ((r = parse_tags(o)))
 			return r;
 	}
+	if (o->residue && o->run.command != CTL_SLEEP)
+		return usage_error("--residue applies to sleep only");
 	if (o->family != AF_UNSPEC && !o->dns)
 		return usage_error("-4 and -6 apply to --dns only");
 	if (o->role && !o->discover)
@@ -513,7 +530,7 @@ int main(int argc, char **argv)
 		goto out;
 	if ((r = token_load(&o, &token)))
 		goto out;
-	if (o.tags && !(body = request_body(&o))) {
+	if ((o.tags || o.residue) && !(body = request_body(&o))) {
 		usage_error("out of memory");
 		goto out;
 	}

@@ -284,6 +284,8 @@ def test_concurrency_one_still_reaches_all(daemons):
     (["sleep", "--file", "/nonexistent/list"], "/nonexistent/list"),
     (["sleep", "--dns", "bad name!"], "bad host name"),
     (["--bogus", "sleep", "h:1"], "unknown option '--bogus'"),
+    (["sleep", "--residue", "later", "h:1"], "--residue: 'later' is not keep or checkpoint"),
+    (["wake", "--residue", "checkpoint", "h:1"], "--residue applies to sleep only"),
 ])
 def test_usage_errors(args, message):
     p = ctl(*args)
@@ -338,6 +340,19 @@ def test_request_shape(mock):
     assert json.loads(b2) == {"tags": ["weights", "grads"]}
     assert "Authorization" not in h2
     assert (m3, path3) == ("GET", "/stats")
+
+
+def test_residue_goes_in_the_sleep_body(mock):
+    s = mock(lambda req: json_answer(200, {"state": "asleep", "changed": True}))
+    p = ctl(*FAST, "--residue", "checkpoint", "sleep", s.endpoint)
+    assert p.returncode == 0, p.stderr
+    p = ctl(*FAST, "--residue", "keep", "-t", "weights", "sleep", s.endpoint)
+    assert p.returncode == 0, p.stderr
+    (m1, path1, h1, b1), (_, _, _, b2) = s.requests
+    assert (m1, path1) == ("POST", "/sleep")
+    assert h1["Content-Type"] == "application/json"
+    assert json.loads(b1) == {"residue": "checkpoint"}
+    assert json.loads(b2) == {"tags": ["weights"], "residue": "keep"}
 
 
 @pytest.mark.parametrize("announced", [True, False])
