@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The options of dormant_server_start() (options.c): the opaque object the
- * caller fills by name, and the values a start resolves from it. */
+/* The options of dormant_server_start() (server_options.c): the opaque
+ * object the caller fills by name, and the values a start resolves from it. */
 #ifndef DORMANT_SERVER_SERVER_OPTIONS_H
 #define DORMANT_SERVER_SERVER_OPTIONS_H
 
