@@ -14,7 +14,7 @@
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-void json_init(struct json *j, FILE *f)
+void json_out_init(struct json_out *j, FILE *f)
 {
 	memset(j, 0, sizeof(*j));
 	j->f = f;
@@ -40,7 +40,7 @@ static void write_escaped(FILE *f, const char *s)
 }
 
 /* Comma, newline and indentation before a member, then its key. */
-static void member(struct json *j, const char *key)
+static void member(struct json_out *j, const char *key)
 {
 	if (j->depth > 0) {
 		if (!j->first[j->depth])
@@ -56,16 +56,16 @@ static void member(struct json *j, const char *key)
 	}
 }
 
-static void open_container(struct json *j, const char *key, char c)
+static void open_container(struct json_out *j, const char *key, char c)
 {
 	member(j, key);
 	fputc(c, j->f);
-	assert(j->depth + 1 < JSON_DEPTH_MAX);
+	assert(j->depth + 1 < JSON_OUT_DEPTH_MAX);
 	j->depth++;
 	j->first[j->depth] = true;
 }
 
-static void close_container(struct json *j, char c)
+static void close_container(struct json_out *j, char c)
 {
 	bool empty = j->first[j->depth];
 
@@ -79,27 +79,27 @@ static void close_container(struct json *j, char c)
 	fputc(c, j->f);
 }
 
-void json_object_begin(struct json *j, const char *key)
+void json_out_object_begin(struct json_out *j, const char *key)
 {
 	open_container(j, key, '{');
 }
 
-void json_object_end(struct json *j)
+void json_out_object_end(struct json_out *j)
 {
 	close_container(j, '}');
 }
 
-void json_array_begin(struct json *j, const char *key)
+void json_out_array_begin(struct json_out *j, const char *key)
 {
 	open_container(j, key, '[');
 }
 
-void json_array_end(struct json *j)
+void json_out_array_end(struct json_out *j)
 {
 	close_container(j, ']');
 }
 
-void json_string(struct json *j, const char *key, const char *value)
+void json_out_string(struct json_out *j, const char *key, const char *value)
 {
 	member(j, key);
 	if (value)
@@ -108,19 +108,19 @@ void json_string(struct json *j, const char *key, const char *value)
 		fputs("null", j->f);
 }
 
-void json_u64(struct json *j, const char *key, uint64_t value)
+void json_out_u64(struct json_out *j, const char *key, uint64_t value)
 {
 	member(j, key);
 	fprintf(j->f, "%" PRIu64, value);
 }
 
-void json_i64(struct json *j, const char *key, int64_t value)
+void json_out_i64(struct json_out *j, const char *key, int64_t value)
 {
 	member(j, key);
 	fprintf(j->f, "%" PRId64, value);
 }
 
-void json_double(struct json *j, const char *key, double value)
+void json_out_double(struct json_out *j, const char *key, double value)
 {
 	member(j, key);
 	if (isfinite(value))
@@ -129,19 +129,19 @@ void json_double(struct json *j, const char *key, double value)
 		fputs("null", j->f);
 }
 
-void json_bool(struct json *j, const char *key, bool value)
+void json_out_bool(struct json_out *j, const char *key, bool value)
 {
 	member(j, key);
 	fputs(value ? "true" : "false", j->f);
 }
 
-void json_null(struct json *j, const char *key)
+void json_out_null(struct json_out *j, const char *key)
 {
 	member(j, key);
 	fputs("null", j->f);
 }
 
-void json_finish(struct json *j)
+void json_out_finish(struct json_out *j)
 {
 	assert(j->depth == 0);
 	fputc('\n', j->f);

@@ -1314,68 +1314,68 @@ static void table_print(const struct bench *b, const struct medians *md)
 	printf("\n");
 }
 
-static void json_process(struct json *j, const char *key, const struct process_memory *pm)
+static void json_process(struct json_out *j, const char *key, const struct process_memory *pm)
 {
-	json_object_begin(j, key);
+	json_out_object_begin(j, key);
 	if (pm->rss != UINT64_MAX)
-		json_u64(j, "rss_bytes", pm->rss);
+		json_out_u64(j, "rss_bytes", pm->rss);
 	if (pm->lazyfree != UINT64_MAX)
-		json_u64(j, "lazyfree_bytes", pm->lazyfree);
+		json_out_u64(j, "lazyfree_bytes", pm->lazyfree);
 	if (pm->cgroup != UINT64_MAX)
-		json_u64(j, "cgroup_memory_current_bytes", pm->cgroup);
+		json_out_u64(j, "cgroup_memory_current_bytes", pm->cgroup);
 	if (pm->working_set != UINT64_MAX)
-		json_u64(j, "cgroup_working_set_bytes", pm->working_set);
-	json_object_end(j);
+		json_out_u64(j, "cgroup_working_set_bytes", pm->working_set);
+	json_out_object_end(j);
 }
 
-static void json_sample(struct json *j, const char *key, const struct sample *s, double gbps,
+static void json_sample(struct json_out *j, const char *key, const struct sample *s, double gbps,
 			double ratio)
 {
-	json_object_begin(j, key);
-	json_double(j, "seconds", s->duration_s);
-	json_double(j, "wall_s", s->wall_s);
-	json_double(j, "cpu_s", s->cpu_s);
-	json_double(j, "gbps", gbps);
-	json_double(j, "ceiling_ratio", ratio);
-	json_double(j, "engine_copy_gbps", s->copy_gbps);
-	json_u64(j, "bytes_copied", s->copied);
-	json_u64(j, "bytes_released", s->released);
-	json_u64(j, "bytes_mapped", s->mapped);
-	json_u64(j, "bytes_zeroed", s->zeroed);
+	json_out_object_begin(j, key);
+	json_out_double(j, "seconds", s->duration_s);
+	json_out_double(j, "wall_s", s->wall_s);
+	json_out_double(j, "cpu_s", s->cpu_s);
+	json_out_double(j, "gbps", gbps);
+	json_out_double(j, "ceiling_ratio", ratio);
+	json_out_double(j, "engine_copy_gbps", s->copy_gbps);
+	json_out_u64(j, "bytes_copied", s->copied);
+	json_out_u64(j, "bytes_released", s->released);
+	json_out_u64(j, "bytes_mapped", s->mapped);
+	json_out_u64(j, "bytes_zeroed", s->zeroed);
 	/* the report's parts: a cold sleep's setup and host copies show here */
-	json_object_begin(j, "times");
-#define TIME(part) json_double(j, #part, s->times.part);
+	json_out_object_begin(j, "times");
+#define TIME(part) json_out_double(j, #part, s->times.part);
 	TIME(sync_s) TIME(setup_s) TIME(checksum_s) TIME(host_prep_s) TIME(host_pin_s)
 	TIME(host_wait_s) TIME(copy_s) TIME(release_s) TIME(map_s) TIME(map_wait_s)
 	TIME(zero_wait_s) TIME(warmup_wait_s)
 #undef TIME
-	json_object_end(j);
+	json_out_object_end(j);
 	if (s->wake_copy.method[0]) {
-		json_object_begin(j, "wake_copy");
-		json_string(j, "method", s->wake_copy.method);
-		json_u64(j, "bytes_engine", s->wake_copy.bytes_engine);
-		json_u64(j, "bytes_kernel", s->wake_copy.bytes_kernel);
-		json_u64(j, "probes", s->wake_copy.probes);
-		json_double(j, "engine_gbps", s->wake_copy.engine_gbps);
-		json_double(j, "kernel_gbps", s->wake_copy.kernel_gbps);
-		json_object_end(j);
+		json_out_object_begin(j, "wake_copy");
+		json_out_string(j, "method", s->wake_copy.method);
+		json_out_u64(j, "bytes_engine", s->wake_copy.bytes_engine);
+		json_out_u64(j, "bytes_kernel", s->wake_copy.bytes_kernel);
+		json_out_u64(j, "probes", s->wake_copy.probes);
+		json_out_double(j, "engine_gbps", s->wake_copy.engine_gbps);
+		json_out_double(j, "kernel_gbps", s->wake_copy.kernel_gbps);
+		json_out_object_end(j);
 	}
-	json_object_end(j);
+	json_out_object_end(j);
 }
 
-static void json_tensors(struct json *j, const struct bench *b, const char *key, bool keep)
+static void json_tensors(struct json_out *j, const struct bench *b, const char *key, bool keep)
 {
 	double lo, mid, hi;
 
 	tensor_sizes(b, keep, &lo, &mid, &hi);
-	json_object_begin(j, key);
-	json_u64(j, "count", keep ? b->keep_count : b->discard_count);
-	json_u64(j, "bytes", keep ? b->opt.keep_bytes : b->opt.discard_bytes);
-	json_u64(j, "reserved_bytes", keep ? b->keep_reserved : b->discard_reserved);
-	json_double(j, "min_bytes", lo);
-	json_double(j, "median_bytes", mid);
-	json_double(j, "max_bytes", hi);
-	json_object_end(j);
+	json_out_object_begin(j, key);
+	json_out_u64(j, "count", keep ? b->keep_count : b->discard_count);
+	json_out_u64(j, "bytes", keep ? b->opt.keep_bytes : b->opt.discard_bytes);
+	json_out_u64(j, "reserved_bytes", keep ? b->keep_reserved : b->discard_reserved);
+	json_out_double(j, "min_bytes", lo);
+	json_out_double(j, "median_bytes", mid);
+	json_out_double(j, "max_bytes", hi);
+	json_out_object_end(j);
 }
 
 static void json_write(const struct bench *b, const struct medians *md, FILE *f)
@@ -1383,107 +1383,107 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 	const struct options *o = &b->opt;
 	const struct ceiling *c = &b->ceiling;
 	struct utsname uts;
-	struct json j;
+	struct json_out j;
 
-	json_init(&j, f);
-	json_object_begin(&j, NULL);
-	json_string(&j, "tool", "dormant-bench");
-	json_string(&j, "label", o->label);
+	json_out_init(&j, f);
+	json_out_object_begin(&j, NULL);
+	json_out_string(&j, "tool", "dormant-bench");
+	json_out_string(&j, "label", o->label);
 
-	json_object_begin(&j, "config");
-	json_string(&j, "backend", dormant_backend_name(b->m));
-	json_string(&j, "host_mode", dormant_host_mode_name(dormant_host_mode(b->m)));
-	json_u64(&j, "keep_bytes", o->keep_bytes);
-	json_u64(&j, "discard_bytes", o->discard_bytes);
-	json_u64(&j, "tensors_per_policy", o->tensors);
-	json_u64(&j, "cycles", o->cycles);
-	json_u64(&j, "devices", o->devices);
-	json_bool(&j, "parallel_devices", !b->m->engine.serial_devices);
-	json_u64(&j, "chunk_bytes", b->m->chunk_bytes);
-	json_u64(&j, "staging_bytes", b->m->engine.staging_bytes);
-	json_u64(&j, "pin_piece_bytes", b->m->engine.pin_piece);
-	json_u64(&j, "reclaimable_pinned_bytes", b->m->engine.reclaim_pinned_max);
-	json_u64(&j, "copy_threads", workers_threads(b->m->workers));
-	json_u64(&j, "granularity_bytes", b->granularity);
-	json_u64(&j, "ceiling_reps", o->ceiling_reps);
-	json_u64(&j, "seed", o->seed);
+	json_out_object_begin(&j, "config");
+	json_out_string(&j, "backend", dormant_backend_name(b->m));
+	json_out_string(&j, "host_mode", dormant_host_mode_name(dormant_host_mode(b->m)));
+	json_out_u64(&j, "keep_bytes", o->keep_bytes);
+	json_out_u64(&j, "discard_bytes", o->discard_bytes);
+	json_out_u64(&j, "tensors_per_policy", o->tensors);
+	json_out_u64(&j, "cycles", o->cycles);
+	json_out_u64(&j, "devices", o->devices);
+	json_out_bool(&j, "parallel_devices", !b->m->engine.serial_devices);
+	json_out_u64(&j, "chunk_bytes", b->m->chunk_bytes);
+	json_out_u64(&j, "staging_bytes", b->m->engine.staging_bytes);
+	json_out_u64(&j, "pin_piece_bytes", b->m->engine.pin_piece);
+	json_out_u64(&j, "reclaimable_pinned_bytes", b->m->engine.reclaim_pinned_max);
+	json_out_u64(&j, "copy_threads", workers_threads(b->m->workers));
+	json_out_u64(&j, "granularity_bytes", b->granularity);
+	json_out_u64(&j, "ceiling_reps", o->ceiling_reps);
+	json_out_u64(&j, "seed", o->seed);
 	json_tensors(&j, b, "keep_tensors", true);
 	json_tensors(&j, b, "discard_tensors", false);
-	json_object_end(&j);
+	json_out_object_end(&j);
 
-	json_object_begin(&j, "machine");
-	json_i64(&j, "cpus", sysconf(_SC_NPROCESSORS_ONLN));
-	json_u64(&j, "host_memory_bytes", host_mem_total());
-	json_u64(&j, "device_memory_bytes", b->device_total_bytes);
-	json_string(&j, "kernel", uname(&uts) == 0 ? uts.release : NULL);
-	json_object_end(&j);
+	json_out_object_begin(&j, "machine");
+	json_out_i64(&j, "cpus", sysconf(_SC_NPROCESSORS_ONLN));
+	json_out_u64(&j, "host_memory_bytes", host_mem_total());
+	json_out_u64(&j, "device_memory_bytes", b->device_total_bytes);
+	json_out_string(&j, "kernel", uname(&uts) == 0 ? uts.release : NULL);
+	json_out_object_end(&j);
 
 	if (c->measured) {
-		json_object_begin(&j, "ceiling");
-		json_u64(&j, "bytes", c->bytes);
-		json_u64(&j, "piece_bytes", HOSTBUF_PIN_PIECE);
-		json_u64(&j, "reps", c->reps);
-		json_double(&j, "pin_s", c->pin_s);
-		json_double(&j, "unpin_s", c->unpin_s);
-		json_object_begin(&j, "d2h");
-		json_double(&j, "seconds", c->d2h_median_s);
-		json_double(&j, "gbps", ceiling_gbps(b, true));
-		json_array_begin(&j, "reps_s");
+		json_out_object_begin(&j, "ceiling");
+		json_out_u64(&j, "bytes", c->bytes);
+		json_out_u64(&j, "piece_bytes", HOSTBUF_PIN_PIECE);
+		json_out_u64(&j, "reps", c->reps);
+		json_out_double(&j, "pin_s", c->pin_s);
+		json_out_double(&j, "unpin_s", c->unpin_s);
+		json_out_object_begin(&j, "d2h");
+		json_out_double(&j, "seconds", c->d2h_median_s);
+		json_out_double(&j, "gbps", ceiling_gbps(b, true));
+		json_out_array_begin(&j, "reps_s");
 		for (unsigned i = 0; i < c->reps; i++)
-			json_double(&j, NULL, c->d2h_s[i]);
-		json_array_end(&j);
-		json_object_end(&j);
-		json_object_begin(&j, "h2d");
-		json_double(&j, "seconds", c->h2d_median_s);
-		json_double(&j, "gbps", ceiling_gbps(b, false));
-		json_array_begin(&j, "reps_s");
+			json_out_double(&j, NULL, c->d2h_s[i]);
+		json_out_array_end(&j);
+		json_out_object_end(&j);
+		json_out_object_begin(&j, "h2d");
+		json_out_double(&j, "seconds", c->h2d_median_s);
+		json_out_double(&j, "gbps", ceiling_gbps(b, false));
+		json_out_array_begin(&j, "reps_s");
 		for (unsigned i = 0; i < c->reps; i++)
-			json_double(&j, NULL, c->h2d_s[i]);
-		json_array_end(&j);
-		json_object_end(&j);
-		json_object_end(&j);
+			json_out_double(&j, NULL, c->h2d_s[i]);
+		json_out_array_end(&j);
+		json_out_object_end(&j);
+		json_out_object_end(&j);
 	} else {
-		json_null(&j, "ceiling");
+		json_out_null(&j, "ceiling");
 	}
 
-	json_object_begin(&j, "setup");
-	json_double(&j, "alloc_s", b->alloc_s);
-	json_double(&j, "fill_s", b->fill_s);
-	json_double(&j, "verify_s", b->verify_s);
-	json_string(&j, "warm_up", b->opt.warm_up);
-	json_double(&j, "warmup_s", b->warmup_s);
-	json_object_end(&j);
+	json_out_object_begin(&j, "setup");
+	json_out_double(&j, "alloc_s", b->alloc_s);
+	json_out_double(&j, "fill_s", b->fill_s);
+	json_out_double(&j, "verify_s", b->verify_s);
+	json_out_string(&j, "warm_up", b->opt.warm_up);
+	json_out_double(&j, "warmup_s", b->warmup_s);
+	json_out_object_end(&j);
 
-	json_array_begin(&j, "cycles");
+	json_out_array_begin(&j, "cycles");
 	for (unsigned i = 0; i < b->cycles_done; i++) {
 		const struct cycle *cy = &b->cycles[i];
 		struct derived d = derive(b, cy);
 
-		json_object_begin(&j, NULL);
-		json_u64(&j, "index", i);
-		json_bool(&j, "cold", i == 0);
+		json_out_object_begin(&j, NULL);
+		json_out_u64(&j, "index", i);
+		json_out_bool(&j, "cold", i == 0);
 		json_sample(&j, "sleep", &cy->sleep, d.sleep_gbps, d.sleep_ratio);
 		json_sample(&j, "wake", &cy->wake, d.wake_gbps, d.wake_ratio);
-		json_object_begin(&j, "gpu");
-		json_u64(&j, "managed_bytes", cy->managed_bytes);
-		json_u64(&j, "free_awake_bytes", cy->free_awake_bytes);
-		json_u64(&j, "free_asleep_bytes", cy->free_asleep_bytes);
-		json_i64(&j, "returned_bytes", d.returned_bytes);
-		json_double(&j, "returned_pct", d.returned_pct);
-		json_u64(&j, "managed_asleep_bytes", cy->device_asleep_bytes);
-		json_object_end(&j);
-		json_object_begin(&j, "host");
-		json_u64(&j, "asleep_bytes", cy->host_asleep_bytes);
-		json_u64(&j, "awake_bytes", cy->host_awake_bytes);
-		json_u64(&j, "awake_settled_bytes", cy->host_settled_bytes);
-		json_double(&j, "settle_s", cy->settle_s);
-		json_double(&j, "settle_cpu_s", cy->settle_cpu_s);
+		json_out_object_begin(&j, "gpu");
+		json_out_u64(&j, "managed_bytes", cy->managed_bytes);
+		json_out_u64(&j, "free_awake_bytes", cy->free_awake_bytes);
+		json_out_u64(&j, "free_asleep_bytes", cy->free_asleep_bytes);
+		json_out_i64(&j, "returned_bytes", d.returned_bytes);
+		json_out_double(&j, "returned_pct", d.returned_pct);
+		json_out_u64(&j, "managed_asleep_bytes", cy->device_asleep_bytes);
+		json_out_object_end(&j);
+		json_out_object_begin(&j, "host");
+		json_out_u64(&j, "asleep_bytes", cy->host_asleep_bytes);
+		json_out_u64(&j, "awake_bytes", cy->host_awake_bytes);
+		json_out_u64(&j, "awake_settled_bytes", cy->host_settled_bytes);
+		json_out_double(&j, "settle_s", cy->settle_s);
+		json_out_double(&j, "settle_cpu_s", cy->settle_cpu_s);
 		json_process(&j, "process_asleep", &cy->proc_asleep);
 		json_process(&j, "process_awake_settled", &cy->proc_settled);
-		json_object_end(&j);
-		json_object_end(&j);
+		json_out_object_end(&j);
+		json_out_object_end(&j);
 	}
-	json_array_end(&j);
+	json_out_array_end(&j);
 
 	if (md->warm) {
 		static const char *const keys[FIGURES] = {
@@ -1502,22 +1502,22 @@ static void json_write(const struct bench *b, const struct medians *md, FILE *f)
 			[FIG_SETTLE_S] = "settle_s",
 		};
 
-		json_object_begin(&j, "medians");
-		json_u64(&j, "warm_cycles", md->warm);
+		json_out_object_begin(&j, "medians");
+		json_out_u64(&j, "warm_cycles", md->warm);
 		for (int fig = 0; fig < FIGURES; fig++)
-			json_double(&j, keys[fig], md->value[fig]);
-		json_object_end(&j);
+			json_out_double(&j, keys[fig], md->value[fig]);
+		json_out_object_end(&j);
 	} else {
-		json_null(&j, "medians");
+		json_out_null(&j, "medians");
 	}
 
-	json_object_begin(&j, "verify");
-	json_bool(&j, "ok", true);
-	json_u64(&j, "keep_bytes", b->verified_keep_bytes);
-	json_u64(&j, "zero_bytes", b->verified_zero_bytes);
-	json_object_end(&j);
-	json_object_end(&j);
-	json_finish(&j);
+	json_out_object_begin(&j, "verify");
+	json_out_bool(&j, "ok", true);
+	json_out_u64(&j, "keep_bytes", b->verified_keep_bytes);
+	json_out_u64(&j, "zero_bytes", b->verified_zero_bytes);
+	json_out_object_end(&j);
+	json_out_object_end(&j);
+	json_out_finish(&j);
 }
 
 static int results_write(const struct bench *b)
