@@ -12,9 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "backend.h"
-#include "hostbuf.h"
-#include "workers.h"
+#include "common.h"
 
 #define JSON_OUT_DEPTH_MAX 16
 
@@ -72,13 +70,6 @@ struct option;
  * (':' a missing value, anything else an unknown option) is wrong, and
  * return -1. */
 int bench_flag_error(int opt, char **argv, const struct option *longopts);
-
-/* Pinned host memory, as the engine makes it (core/engine/hostbuf.c): allocated,
- * faulted in over the worker threads, registered in pieces of piece_bytes.
- * A copy must stay inside one piece. Free it with hostbuf_free(). Returns 0
- * or a negative errno with dormant_last_error() set. */
-int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
-		 struct hostbuf *ret);
 
 /* Parse a whole decimal number in [min, max] into *ret; -1 otherwise. */
 int number_parse(const char *text, unsigned long long min, unsigned long long max,

@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "benchutil.h"
 #include "hostbuf.h"
+#include "pinned.h"
 #include "util.h"
 #include "workers.h"
 
