@@ -53,7 +53,4 @@ bool server_option_from_env(const struct dormant_server_options *resolved, const
  * the option or its environment variable). */
 int server_options_token(const struct dormant_server_options *resolved, char **ret_token);
 
-/* Split "host:port" or "[v6]:port" (listen.c reads the listen option so). */
-int listen_parse(const char *listen, char *host, size_t host_size, char *port, size_t port_size);
-
 #endif
