@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dormant-server.h"
+#include "dormant-json.h"
 #include "dormant.h"
 
 /* Largest request body accepted (413 beyond). */

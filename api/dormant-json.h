@@ -12,6 +12,7 @@
 #define DORMANT_JSON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "dormant.h"
 
@@ -50,6 +51,18 @@ DORMANT_EXPORT int dormant_sleep_json(struct dormant *m, const char *const *tags
 
 /* Free a string returned by the functions above. Accepts NULL. */
 DORMANT_EXPORT void dormant_json_free(char *json);
+
+/* Writes a JSON object (text) describing extra state into buf, for the
+ * "extra" member of GET /stats (dormantd reports its verifications there;
+ * dormant_server_options_set_stats_extra() in dormant-server.h). Returns the
+ * length written, or a negative errno. Called on server threads. */
+typedef int (*dormant_stats_extra_fn)(void *userdata, char *buf, size_t size);
+
+/* Writes lines of Prometheus text exposition format 0.0.4 (complete
+ * families, "# TYPE" lines included, each line ending in a newline) into
+ * buf, appended to GET /metrics (dormantd reports its verifications there).
+ * Returns the length written, or a negative errno. Called on server threads. */
+typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -204,7 +204,9 @@ static json_t *wake_copy_json(const struct dormant_wake_copy *w)
 {
 	char method[sizeof(w->method) + 1];
 
-	snprintf(method, sizeof(method), "%.*s", (int)sizeof(w->method), w->method);
+	/* the struct's "": the wake copied nothing */
+	snprintf(method, sizeof(method), "%.*s", (int)sizeof(w->method),
+		 w->method[0] ? w->method : "none");
 	return json_pack("{s:s, s:o, s:o, s:i, s:o, s:o}",
 			 "method", method,
 			 "bytes_engine", count_json(w->bytes_engine),

@@ -6,15 +6,16 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#include "util.h"
+#include "dormant.h"
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-void json_init(struct json *j, FILE *f)
+void json_out_init(struct json_out *j, FILE *f)
 {
 	memset(j, 0, sizeof(*j));
 	j->f = f;
@@ -40,7 +41,7 @@ static void write_escaped(FILE *f, const char *s)
 }
 
 /* Comma, newline and indentation before a member, then its key. */
-static void member(struct json *j, const char *key)
+static void member(struct json_out *j, const char *key)
 {
 	if (j->depth > 0) {
 		if (!j->first[j->depth])
@@ -56,16 +57,16 @@ static void member(struct json *j, const char *key)
 	}
 }
 
-static void open_container(struct json *j, const char *key, char c)
+static void open_container(struct json_out *j, const char *key, char c)
 {
 	member(j, key);
 	fputc(c, j->f);
-	assert(j->depth + 1 < JSON_DEPTH_MAX);
+	assert(j->depth + 1 < JSON_OUT_DEPTH_MAX);
 	j->depth++;
 	j->first[j->depth] = true;
 }
 
-static void close_container(struct json *j, char c)
+static void close_container(struct json_out *j, char c)
 {
 	bool empty = j->first[j->depth];
 
@@ -79,27 +80,27 @@ static void close_container(struct json *j, char c)
 	fputc(c, j->f);
 }
 
-void json_object_begin(struct json *j, const char *key)
+void json_out_object_begin(struct json_out *j, const char *key)
 {
 	open_container(j, key, '{');
 }
 
-void json_object_end(struct json *j)
+void json_out_object_end(struct json_out *j)
 {
 	close_container(j, '}');
 }
 
-void json_array_begin(struct json *j, const char *key)
+void json_out_array_begin(struct json_out *j, const char *key)
 {
 	open_container(j, key, '[');
 }
 
-void json_array_end(struct json *j)
+void json_out_array_end(struct json_out *j)
 {
 	close_container(j, ']');
 }
 
-void json_string(struct json *j, const char *key, const char *value)
+void json_out_string(struct json_out *j, const char *key, const char *value)
 {
 	member(j, key);
 	if (value)
@@ -108,19 +109,19 @@ void json_string(struct json *j, const char *key, const char *value)
 		fputs("null", j->f);
 }
 
-void json_u64(struct json *j, const char *key, uint64_t value)
+void json_out_u64(struct json_out *j, const char *key, uint64_t value)
 {
 	member(j, key);
 	fprintf(j->f, "%" PRIu64, value);
 }
 
-void json_i64(struct json *j, const char *key, int64_t value)
+void json_out_i64(struct json_out *j, const char *key, int64_t value)
 {
 	member(j, key);
 	fprintf(j->f, "%" PRId64, value);
 }
 
-void json_double(struct json *j, const char *key, double value)
+void json_out_double(struct json_out *j, const char *key, double value)
 {
 	member(j, key);
 	if (isfinite(value))
@@ -129,19 +130,19 @@ void json_double(struct json *j, const char *key, double value)
 		fputs("null", j->f);
 }
 
-void json_bool(struct json *j, const char *key, bool value)
+void json_out_bool(struct json_out *j, const char *key, bool value)
 {
 	member(j, key);
 	fputs(value ? "true" : "false", j->f);
 }
 
-void json_null(struct json *j, const char *key)
+void json_out_null(struct json_out *j, const char *key)
 {
 	member(j, key);
 	fputs("null", j->f);
 }
 
-void json_finish(struct json *j)
+void json_out_finish(struct json_out *j)
 {
 	assert(j->depth == 0);
 	fputc('\n', j->f);
@@ -310,27 +311,4 @@ int bench_fail_lib(const char *fmt, ...)
 	r = report(fmt, ap, why);
 	va_end(ap);
 	return r;
-}
-
-/* ---- pinned host memory -------------------------------------------------- */
-
-int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
-		 struct hostbuf *ret)
-{
-	struct hostbuf hb;
-	int r;
-
-	if (piece_bytes == 0 || piece_bytes % 4096)
-		return error_set(-EINVAL, "pinned pieces must be a multiple of 4096 bytes");
-	r = hostbuf_alloc(b, MAX(size, (size_t)1), &hb);
-	if (r < 0)
-		return r;
-	hostbuf_touch(w, &hb);
-	r = hostbuf_pin(b, &hb, piece_bytes, 1);
-	if (r < 0) {
-		hostbuf_free(b, &hb);
-		return r;
-	}
-	*ret = hb;
-	return 0;
 }

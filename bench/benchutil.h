@@ -12,33 +12,31 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "backend.h"
-#include "hostbuf.h"
-#include "workers.h"
+#include "common.h"
 
-#define JSON_DEPTH_MAX 16
+#define JSON_OUT_DEPTH_MAX 16
 
 /* Writes one JSON document to f, pretty-printed. Keys are NULL inside
  * arrays. Non-finite numbers are written as null. */
-struct json {
+struct json_out {
 	FILE *f;
 	int depth;
-	bool first[JSON_DEPTH_MAX];
+	bool first[JSON_OUT_DEPTH_MAX];
 };
 
-void json_init(struct json *j, FILE *f);
-void json_object_begin(struct json *j, const char *key);
-void json_object_end(struct json *j);
-void json_array_begin(struct json *j, const char *key);
-void json_array_end(struct json *j);
-void json_string(struct json *j, const char *key, const char *value);
-void json_u64(struct json *j, const char *key, uint64_t value);
-void json_i64(struct json *j, const char *key, int64_t value);
-void json_double(struct json *j, const char *key, double value);
-void json_bool(struct json *j, const char *key, bool value);
-void json_null(struct json *j, const char *key);
+void json_out_init(struct json_out *j, FILE *f);
+void json_out_object_begin(struct json_out *j, const char *key);
+void json_out_object_end(struct json_out *j);
+void json_out_array_begin(struct json_out *j, const char *key);
+void json_out_array_end(struct json_out *j);
+void json_out_string(struct json_out *j, const char *key, const char *value);
+void json_out_u64(struct json_out *j, const char *key, uint64_t value);
+void json_out_i64(struct json_out *j, const char *key, int64_t value);
+void json_out_double(struct json_out *j, const char *key, double value);
+void json_out_bool(struct json_out *j, const char *key, bool value);
+void json_out_null(struct json_out *j, const char *key);
 /* Ends the document with a newline. */
-void json_finish(struct json *j);
+void json_out_finish(struct json_out *j);
 
 /* "16.00 GiB", "64.0 MiB", "512 B": into buf, which is returned. */
 const char *bytes_human(uint64_t bytes, char *buf, size_t size);
@@ -72,13 +70,6 @@ struct option;
  * (':' a missing value, anything else an unknown option) is wrong, and
  * return -1. */
 int bench_flag_error(int opt, char **argv, const struct option *longopts);
-
-/* Pinned host memory, as the engine makes it (core/engine/hostbuf.c): allocated,
- * faulted in over the worker threads, registered in pieces of piece_bytes.
- * A copy must stay inside one piece. Free it with hostbuf_free(). Returns 0
- * or a negative errno with dormant_last_error() set. */
-int pinned_alloc(struct backend *b, struct workers *w, size_t size, size_t piece_bytes,
-		 struct hostbuf *ret);
 
 /* Parse a whole decimal number in [min, max] into *ret; -1 otherwise. */
 int number_parse(const char *text, unsigned long long min, unsigned long long max,

@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "benchutil.h"
 #include "hostbuf.h"
+#include "pinned.h"
 #include "util.h"
 #include "workers.h"
 
@@ -681,60 +682,60 @@ static void table_print(const struct probe *p)
 static void json_write(const struct probe *p, FILE *f)
 {
 	const struct overlap *o = &p->overlap;
-	struct json j;
+	struct json_out j;
 
-	json_init(&j, f);
-	json_object_begin(&j, NULL);
-	json_string(&j, "tool", "probe-vmm");
-	json_string(&j, "label", p->opt.label);
-	json_object_begin(&j, "config");
-	json_string(&j, "backend", p->be->ops->name);
-	json_u64(&j, "size_bytes", p->opt.size);
-	json_u64(&j, "reps", p->opt.reps);
-	json_u64(&j, "granularity_bytes", p->granularity);
-	json_i64(&j, "cpus", sysconf(_SC_NPROCESSORS_ONLN));
-	json_object_end(&j);
-	json_array_begin(&j, "rows");
+	json_out_init(&j, f);
+	json_out_object_begin(&j, NULL);
+	json_out_string(&j, "tool", "probe-vmm");
+	json_out_string(&j, "label", p->opt.label);
+	json_out_object_begin(&j, "config");
+	json_out_string(&j, "backend", p->be->ops->name);
+	json_out_u64(&j, "size_bytes", p->opt.size);
+	json_out_u64(&j, "reps", p->opt.reps);
+	json_out_u64(&j, "granularity_bytes", p->granularity);
+	json_out_i64(&j, "cpus", sysconf(_SC_NPROCESSORS_ONLN));
+	json_out_object_end(&j);
+	json_out_array_begin(&j, "rows");
 	for (size_t i = 0; i < p->row_count; i++) {
 		const struct row *r = &p->rows[i];
 
-		json_object_begin(&j, NULL);
-		json_u64(&j, "chunk_bytes", r->chunk);
-		json_u64(&j, "chunks", r->count);
-		json_u64(&j, "threads", r->threads);
+		json_out_object_begin(&j, NULL);
+		json_out_u64(&j, "chunk_bytes", r->chunk);
+		json_out_u64(&j, "chunks", r->count);
+		json_out_u64(&j, "threads", r->threads);
 		for (int ph = 0; ph < PHASES; ph++) {
 			char key[32];
 
 			snprintf(key, sizeof(key), "%s_s", phase_names[ph]);
-			json_double(&j, key, r->phase_s[ph]);
+			json_out_double(&j, key, r->phase_s[ph]);
 		}
-		json_double(&j, "create_map_s", r->create_map_s);
-		json_double(&j, "unmap_release_s", r->unmap_release_s);
-		json_object_end(&j);
+		json_out_double(&j, "create_map_s", r->create_map_s);
+		json_out_double(&j, "unmap_release_s", r->unmap_release_s);
+		json_out_object_end(&j);
 	}
-	json_array_end(&j);
+	json_out_array_end(&j);
 	if (o->measured) {
-		json_object_begin(&j, "overlap");
-		json_u64(&j, "copy_bytes", o->copy_bytes);
-		json_u64(&j, "chunk_bytes", o->chunk_bytes);
-		json_double(&j, "d2h_alone_s", o->d2h_alone_s);
-		json_double(&j, "h2d_alone_s", o->h2d_alone_s);
-		json_double(&j, "unmap_idle_s", o->unmap_idle_s);
-		json_double(&j, "release_idle_s", o->release_idle_s);
-		json_double(&j, "create_idle_s", o->create_idle_s);
-		json_double(&j, "map_idle_s", o->map_idle_s);
-		json_double(&j, "unmap_busy_s", o->unmap_busy_s);
-		json_double(&j, "release_busy_s", o->release_busy_s);
-		json_double(&j, "d2h_busy_s", o->d2h_busy_s);
-		json_double(&j, "create_busy_s", o->create_busy_s);
-		json_double(&j, "map_busy_s", o->map_busy_s);
-		json_double(&j, "h2d_busy_s", o->h2d_busy_s);
-		json_object_end(&j);
+		json_out_object_begin(&j, "overlap");
+		json_out_u64(&j, "copy_bytes", o->copy_bytes);
+		json_out_u64(&j, "chunk_bytes", o->chunk_bytes);
+		json_out_double(&j, "d2h_alone_s", o->d2h_alone_s);
+		json_out_double(&j, "h2d_alone_s", o->h2d_alone_s);
+		json_out_double(&j, "unmap_idle_s", o->unmap_idle_s);
+		json_out_double(&j, "release_idle_s", o->release_idle_s);
+		json_out_double(&j, "create_idle_s", o->create_idle_s);
+		json_out_double(&j, "map_idle_s", o->map_idle_s);
+		json_out_double(&j, "unmap_busy_s", o->unmap_busy_s);
+		json_out_double(&j, "release_busy_s", o->release_busy_s);
+		json_out_double(&j, "d2h_busy_s", o->d2h_busy_s);
+		json_out_double(&j, "create_busy_s", o->create_busy_s);
+		json_out_double(&j, "map_busy_s", o->map_busy_s);
+		json_out_double(&j, "h2d_busy_s", o->h2d_busy_s);
+		json_out_object_end(&j);
 	} else {
-		json_null(&j, "overlap");
+		json_out_null(&j, "overlap");
 	}
-	json_object_end(&j);
-	json_finish(&j);
+	json_out_object_end(&j);
+	json_out_finish(&j);
 }
 
 /* ---- main ---------------------------------------------------------------- */

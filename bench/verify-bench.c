@@ -32,7 +32,7 @@
 #include <time.h>
 
 #include "dormant.h"
-#include "util.h"
+#include "common.h"
 
 #define CYCLES_MAX 100
 #define FILL_PIECE (64 * MiB)

@@ -3,7 +3,8 @@
  * What core/, api/, server/ and ctl/ share (a static library linked into
  * each, not part of the public API): the calling thread's error message
  * behind dormant_last_error(), clocks, the parsers of sizes and tag names,
- * and the discovery records' directory. The private headers of each
+ * and the discovery records' directory; option tables in option_table.h.
+ * It includes nothing of core/, api/ or server/. The private headers of each
  * component stay with it.
  */
 #ifndef DORMANT_COMMON_H
@@ -16,6 +17,19 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
+
+/* Limits the public headers promise, here so that common/ includes no header
+ * of a component above it (tests/common/test_common.c checks at build time
+ * that they agree with core/dormant.h's). */
+#define COMMON_ERROR_MAX 256 /* DORMANT_ERROR_MAX: a message, its NUL included */
+#define COMMON_TAG_MAX 63    /* DORMANT_TAG_MAX */
+
+/* What libdormant exports (DORMANT_EXPORT): the build hides all else. */
+#if defined(__GNUC__)
+#define COMMON_EXPORT __attribute__((visibility("default")))
+#else
+#define COMMON_EXPORT
+#endif
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -47,6 +61,9 @@ const char *error_text(void);
 /* Forget the calling thread's message. */
 void error_clear(void);
 
+/* The public face of error_text(), declared in core/dormant.h. */
+COMMON_EXPORT const char *dormant_last_error(void);
+
 /* ---- clocks (clock.c) ---------------------------------------------------- */
 
 /* Seconds on the monotonic clock and on the wall clock. */
@@ -55,7 +72,7 @@ double now_unix_s(void);
 
 /* ---- parsers (parse.c) --------------------------------------------------- */
 
-/* Valid tag: 1..DORMANT_TAG_MAX characters of [A-Za-z0-9_.:-]. */
+/* Valid tag: 1..COMMON_TAG_MAX characters of [A-Za-z0-9_.:-]. */
 int tag_name_check(const char *tag);
 
 /* Read a size like "64MiB", "1G", "4096" into *ret; -EINVAL otherwise. */

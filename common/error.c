@@ -6,9 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dormant.h"
-
-static _Thread_local char thread_error[DORMANT_ERROR_MAX];
+static _Thread_local char thread_error[COMMON_ERROR_MAX];
 
 int error_set(int err, const char *fmt, ...)
 {
@@ -22,8 +20,8 @@ int error_set(int err, const char *fmt, ...)
 
 int error_prefix(int err, const char *fmt, ...)
 {
-	char old[DORMANT_ERROR_MAX];
-	char prefix[DORMANT_ERROR_MAX];
+	char old[COMMON_ERROR_MAX];
+	char prefix[COMMON_ERROR_MAX];
 	va_list ap;
 
 	size_t used;
@@ -57,7 +55,7 @@ void error_clear(void)
 	thread_error[0] = '\0';
 }
 
-DORMANT_EXPORT const char *dormant_last_error(void)
+COMMON_EXPORT const char *dormant_last_error(void)
 {
 	return thread_error;
 }

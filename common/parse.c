@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dormant.h"
-
 int tag_name_check(const char *tag)
 {
 	size_t len;
@@ -16,13 +14,13 @@ int tag_name_check(const char *tag)
 	if (!tag)
 		return error_set(-EINVAL, "tag is missing");
 	len = strlen(tag);
-	if (len == 0 || len > DORMANT_TAG_MAX)
-		return error_set(-EINVAL, "tag must be 1 to %d characters long", DORMANT_TAG_MAX);
+	if (len == 0 || len > COMMON_TAG_MAX)
+		return error_set(-EINVAL, "tag must be 1 to %d characters long", COMMON_TAG_MAX);
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)tag[i];
 		if (!isalnum(c) && c != '_' && c != '.' && c != ':' && c != '-')
 			return error_set(-EINVAL, "tag '%.*s' has a character outside [A-Za-z0-9_.:-]",
-					 DORMANT_TAG_MAX, tag);
+					 COMMON_TAG_MAX, tag);
 	}
 	return 0;
 }

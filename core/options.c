@@ -11,50 +11,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
+#include "option_table.h"
 #include "transfer.h"
 #include "util.h"
 
-enum option_type {
-	OPTION_ENUM,
-	OPTION_SIZE,
-	OPTION_INT,
-	OPTION_BOOL,
-	OPTION_PATH,
-};
-
-static const char *const type_names[] = {
-	[OPTION_ENUM] = "enum",
-	[OPTION_SIZE] = "size",
-	[OPTION_INT] = "int",
-	[OPTION_BOOL] = "bool",
-	[OPTION_PATH] = "path",
-};
-_Static_assert(ARRAY_SIZE(type_names) == OPTION_PATH + 1, "a name for every option type");
-
-struct option {
-	const char *name;
-	enum option_type type;
-	size_t offset; /* of the field in struct dormant_options */
-	/* Parsed like a user's value when neither set nor in the environment.
-	 * NULL: the field stays zero and the manager computes it (say how in
-	 * default_doc). */
-	const char *default_value;
-	const char *default_doc; /* what dormant_option_default() says; NULL: default_value */
-	const char *env;	 /* NULL: none */
-	const char *const *values; /* enum: its values, NULL-terminated */
-	long long min, max;	 /* int; size (0, 0: any size) */
-	size_t multiple;	 /* size: must be a multiple of this (0: any) */
-	const char *doc;
-};
+/* The rows' types and parser are common/option_table.h's (the server's
+ * table shares them); a path field is char[DORMANT_PATH_MAX]. */
+_Static_assert(OPTION_PATH_MAX == DORMANT_PATH_MAX, "path fields of one size");
 
 #define FIELD(f) offsetof(struct dormant_options, f)
 #define VALUES(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* Adding an option: a row here and its field in options.h. Keep each
  * option's environment variable and default as documented in dormant.h. */
-static const struct option options[] = {
+static const struct option_row options[] = {
 	{
 		.name = "backend", .type = OPTION_ENUM, .offset = FIELD(backend),
 		.default_value = "auto", .env = "DORMANT_BACKEND",
@@ -252,24 +223,9 @@ static const struct option options[] = {
 
 _Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_options.set has 64 bits");
 
-static const struct option *option_find(const char *name, size_t *ret_index)
+static const struct option_row *option_find(const char *name, size_t *ret_index)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		if (strcmp(options[i].name, name) == 0) {
-			*ret_index = i;
-			return &options[i];
-		}
-	}
-	return NULL;
-}
-
-/* The table's own copy of value among values, or NULL. */
-static const char *enum_value(const char *const *values, const char *value)
-{
-	for (size_t i = 0; values[i]; i++)
-		if (strcmp(values[i], value) == 0)
-			return values[i];
-	return NULL;
+	return option_row_find(options, ARRAY_SIZE(options), name, ret_index);
 }
 
 /* "a|b|c" for every enum row, built once. */
@@ -278,125 +234,14 @@ static pthread_once_t enum_texts_once = PTHREAD_ONCE_INIT;
 
 static void enum_texts_build(void)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		size_t used = 0;
-
-		if (options[i].type != OPTION_ENUM)
-			continue;
-		for (size_t v = 0; options[i].values[v]; v++) {
-			int n = snprintf(enum_texts[i] + used, sizeof(enum_texts[i]) - used, "%s%s",
-					 v ? "|" : "", options[i].values[v]);
-			if (n < 0 || (size_t)n >= sizeof(enum_texts[i]) - used)
-				break;
-			used += (size_t)n;
-		}
-	}
-}
-
-static int bool_parse(const char *text, bool *ret)
-{
-	static const char *const yes[] = { "1", "true", "yes", "on" };
-	static const char *const no[] = { "0", "false", "no", "off" };
-
-	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
-		if (strcasecmp(text, yes[i]) == 0) {
-			*ret = true;
-			return 0;
-		}
-		if (strcasecmp(text, no[i]) == 0) {
-			*ret = false;
-			return 0;
-		}
-	}
-	return error_set(-EINVAL, "'%s' is not a boolean (true or false)", text);
-}
-
-/* Parse text for row opt into the field of *o. The message of a failure
- * says what is wrong with text; the caller says whose value it was. */
-static int option_parse(const struct option *opt, const char *text, struct dormant_options *o)
-{
-	char *field = (char *)o + opt->offset;
-	size_t size;
-	long long n;
-	char *end;
-	bool b = false;
-	int r;
-
-	switch (opt->type) {
-	case OPTION_ENUM: {
-		const char *v = enum_value(opt->values, text);
-
-		if (!v) {
-			pthread_once(&enum_texts_once, enum_texts_build);
-			return error_set(-EINVAL, "'%s' is not one of %s", text,
-					 enum_texts[opt - options]);
-		}
-		*(const char **)field = v;
-		return 0;
-	}
-	case OPTION_SIZE:
-		r = size_parse(text, &size);
-		if (r < 0)
-			return r;
-		if (opt->min && size < (unsigned long long)opt->min)
-			return error_set(-EINVAL, "'%s' is too small (at least %lld bytes)", text,
-					 opt->min);
-		if (opt->max && size > (unsigned long long)opt->max)
-			return error_set(-EINVAL, "'%s' is too large (at most %lld bytes)", text,
-					 opt->max);
-		if (opt->multiple && size % opt->multiple)
-			return error_set(-EINVAL, "'%s' is not a multiple of %zu", text,
-					 opt->multiple);
-		*(size_t *)field = size;
-		return 0;
-	case OPTION_INT:
-		errno = 0;
-		n = strtoll(text, &end, 10);
-		if (!*text || *end || errno)
-			return error_set(-EINVAL, "'%s' is not an integer", text);
-		if (n < opt->min || n > opt->max)
-			return error_set(-EINVAL, "'%s' is out of range (%lld to %lld)", text, opt->min,
-					 opt->max);
-		*(int *)field = (int)n;
-		return 0;
-	case OPTION_BOOL:
-		r = bool_parse(text, &b);
-		if (r < 0)
-			return r;
-		*(bool *)field = b;
-		return 0;
-	case OPTION_PATH:
-		if (text[0] != '/')
-			return error_set(-EINVAL, "'%.64s' is not an absolute path", text);
-		if (strlen(text) >= DORMANT_PATH_MAX)
-			return error_set(-EINVAL, "the path is longer than %d bytes",
-					 DORMANT_PATH_MAX - 1);
-		snprintf(field, DORMANT_PATH_MAX, "%s", text);
-		return 0;
-	}
-	return error_set(-EINVAL, "option %s has an unknown type", opt->name);
-}
-
-static size_t field_size(enum option_type type)
-{
-	switch (type) {
-	case OPTION_ENUM:
-		return sizeof(const char *);
-	case OPTION_SIZE:
-		return sizeof(size_t);
-	case OPTION_INT:
-		return sizeof(int);
-	case OPTION_BOOL:
-		return sizeof(bool);
-	case OPTION_PATH:
-		return DORMANT_PATH_MAX;
-	}
-	return 0;
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++)
+		if (options[i].type == OPTION_ENUM)
+			option_values_text(&options[i], enum_texts[i], sizeof(enum_texts[i]));
 }
 
 /* Give row opt of a fresh (zeroed) *o its default: the row's default_value,
  * else zero. */
-static void option_default(const struct option *opt, struct dormant_options *o)
+static void option_default(const struct option_row *opt, struct dormant_options *o)
 {
 	int r;
 
@@ -433,7 +278,7 @@ DORMANT_EXPORT int dormant_options_set(struct dormant_options *o, const char *na
 				       const char *value)
 {
 	struct dormant_options parsed;
-	const struct option *opt;
+	const struct option_row *opt;
 	size_t i;
 	int r;
 
@@ -451,7 +296,7 @@ DORMANT_EXPORT int dormant_options_set(struct dormant_options *o, const char *na
 	r = option_parse(opt, value, &parsed);
 	if (r < 0)
 		return error_prefix(r, "option %s", name);
-	memcpy((char *)o + opt->offset, (char *)&parsed + opt->offset, field_size(opt->type));
+	memcpy((char *)o + opt->offset, (char *)&parsed + opt->offset, option_field_size(opt->type));
 	o->set |= 1ull << i;
 	return 0;
 }
@@ -459,7 +304,7 @@ DORMANT_EXPORT int dormant_options_set(struct dormant_options *o, const char *na
 DORMANT_EXPORT int dormant_options_set_int(struct dormant_options *o, const char *name,
 					   long long value)
 {
-	const struct option *opt;
+	const struct option_row *opt;
 	char text[32];
 	size_t i;
 
@@ -470,7 +315,7 @@ DORMANT_EXPORT int dormant_options_set_int(struct dormant_options *o, const char
 		return error_set(-EINVAL, "unknown option '%.64s'", name);
 	if (opt->type != OPTION_SIZE && opt->type != OPTION_INT && opt->type != OPTION_BOOL)
 		return error_set(-EINVAL, "option %s is a%s %s, not a number", name,
-				 opt->type == OPTION_ENUM ? "n" : "", type_names[opt->type]);
+				 opt->type == OPTION_ENUM ? "n" : "", option_type_name(opt->type));
 	if (opt->type == OPTION_BOOL)
 		value = value != 0;
 	snprintf(text, sizeof(text), "%lld", value);
@@ -494,7 +339,7 @@ DORMANT_EXPORT const char *dormant_option_name(size_t i)
 
 DORMANT_EXPORT const char *dormant_option_type(size_t i)
 {
-	return i < ARRAY_SIZE(options) ? type_names[options[i].type] : NULL;
+	return i < ARRAY_SIZE(options) ? option_type_name(options[i].type) : NULL;
 }
 
 DORMANT_EXPORT const char *dormant_option_values(size_t i)
@@ -531,11 +376,11 @@ int options_resolve(const struct dormant_options *o, struct dormant_options *ret
 	int err;
 
 	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		const struct option *opt = &options[i];
+		const struct option_row *opt = &options[i];
 
 		if (o && (o->set & (1ull << i))) {
 			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
-			       field_size(opt->type));
+			       option_field_size(opt->type));
 			continue;
 		}
 		if (opt->env && (env = getenv(opt->env)) && *env) {
@@ -606,34 +451,16 @@ DORMANT_EXPORT int dormant_options_parse(struct dormant_options *o, const char *
 
 int options_format(const struct dormant_options *o, const char *name, char *buf, size_t size)
 {
-	const struct option *opt;
-	const char *field;
+	const struct option_row *opt;
 	size_t i;
-	int n = 0;
+	int n;
 
 	if (!name || !buf)
 		return error_set(-EINVAL, "%s is NULL", name ? "the buffer" : "the option name");
 	opt = option_find(name, &i);
 	if (!opt)
 		return error_set(-EINVAL, "unknown option '%.64s'", name);
-	field = (const char *)o + opt->offset;
-	switch (opt->type) {
-	case OPTION_ENUM:
-		n = snprintf(buf, size, "%s", *(const char *const *)field);
-		break;
-	case OPTION_SIZE:
-		n = snprintf(buf, size, "%zu", *(const size_t *)field);
-		break;
-	case OPTION_INT:
-		n = snprintf(buf, size, "%d", *(const int *)field);
-		break;
-	case OPTION_BOOL:
-		n = snprintf(buf, size, "%s", *(const bool *)field ? "true" : "false");
-		break;
-	case OPTION_PATH:
-		n = snprintf(buf, size, "%s", field);
-		break;
-	}
+	n = option_format(opt, o, buf, size);
 	if (n < 0 || (size_t)n >= size)
 		return error_set(-ENOSPC, "the value of %s needs %d bytes", name, n + 1);
 	return n;

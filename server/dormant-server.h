@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "dormant-json.h" /* dormant_stats_extra_fn, dormant_metrics_extra_fn */
 #include "dormant.h"
 
 #ifdef __cplusplus
@@ -26,24 +27,13 @@ extern "C" {
 
 struct dormant_server;
 
-/* Writes a JSON object (text) describing extra state into buf, for the
- * "extra" member of GET /stats (dormantd reports its verifications there).
- * Returns the length written, or a negative errno. Called on server threads. */
-typedef int (*dormant_stats_extra_fn)(void *userdata, char *buf, size_t size);
-
-/* Writes lines of Prometheus text exposition format 0.0.4 (complete
- * families, "# TYPE" lines included, each line ending in a newline) into
- * buf, appended to GET /metrics (dormantd reports its verifications there).
- * Returns the length written, or a negative errno. Called on server threads. */
-typedef int (*dormant_metrics_extra_fn)(void *userdata, char *buf, size_t size);
-
 /*
  * The server's options: an object the library allocates and the caller fills
  * by name, so that options are added without breaking programs built before
  * (docs/design.md, "ABI"). Every option has a default, some an environment
  * variable read when the caller did not set the option; the table in
- * server/options.c lists them, and so do dormant_server_option_name() and
- * friends below, `dormantd --help` and docs/http.md:
+ * server/server_options.c lists them, and so do dormant_server_option_name()
+ * and friends below, `dormantd --help` and docs/http.md:
  *
  *   listen                  HOST:PORT, default 127.0.0.1:8787; IPv6 as [::1]:PORT;
  *                           port 0 picks a free port (dormant_server_port()); a host

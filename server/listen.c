@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "server_options.h"
 
 int socket_errno(int err, const char *what, const char *where)
 {
@@ -43,6 +42,42 @@ bool sockaddr_is_local(const struct sockaddr *addr)
 		return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
 	}
 	return false;
+}
+
+int listen_parse(const char *listen, char *host, size_t host_size, char *port, size_t port_size)
+{
+	const char *colon, *host_start = listen, *host_end;
+	char *end;
+	unsigned long value;
+
+	if (listen[0] == '[') {
+		host_start = listen + 1;
+		host_end = strchr(host_start, ']');
+		if (!host_end || host_end[1] != ':')
+			return error_set(-EINVAL, "listen address '%.64s' is not [IPv6]:PORT",
+					 listen);
+		colon = host_end + 1;
+	} else {
+		colon = strrchr(listen, ':');
+		if (!colon || memchr(listen, ':', (size_t)(colon - listen)))
+			return error_set(-EINVAL,
+					 "listen address '%.64s' is not HOST:PORT (IPv6 as [::1]:PORT)",
+					 listen);
+		host_end = colon;
+	}
+	if (host_end == host_start || (size_t)(host_end - host_start) >= host_size)
+		return error_set(-EINVAL, "listen address '%.64s' has no host or too long a one",
+				 listen);
+	errno = 0;
+	value = strtoul(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || value > 65535 || colon[1] == '-' ||
+	    colon[1] == '+' || strlen(colon + 1) >= port_size)
+		return error_set(-EINVAL, "listen address '%.64s' has no port from 0 to 65535",
+				 listen);
+	memcpy(host, host_start, (size_t)(host_end - host_start));
+	host[host_end - host_start] = '\0';
+	snprintf(port, port_size, "%lu", value);
+	return 0;
 }
 
 int listen_tcp(struct listener *s, const char *listen_addr)

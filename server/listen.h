@@ -23,6 +23,10 @@ struct listener {
  * or a Unix socket's: a client of this node. NULL: false. */
 bool sockaddr_is_local(const struct sockaddr *addr);
 
+/* Split "host:port" or "[v6]:port" (the listen option) into host and port;
+ * -EINVAL with a message naming listen when it is neither. */
+int listen_parse(const char *listen, char *host, size_t host_size, char *port, size_t port_size);
+
 /* Bind and listen on "host:port" (listen_parse()), or on a Unix socket at
  * path (mode 0600; a stale socket there is replaced); fill port, url, fd.
  * 0 or a negative errno (-EADDRINUSE, -EACCES, -EINVAL, -ENOMEM, -EIO). */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The options of dormant_server_start() (options.c): the opaque object the
- * caller fills by name, and the values a start resolves from it. */
+/* The options of dormant_server_start() (server_options.c): the opaque
+ * object the caller fills by name, and the values a start resolves from it. */
 #ifndef DORMANT_SERVER_SERVER_OPTIONS_H
 #define DORMANT_SERVER_SERVER_OPTIONS_H
 
@@ -52,8 +52,5 @@ bool server_option_from_env(const struct dormant_server_options *resolved, const
 /* The token of resolved options (auth_token_load(), each source named as
  * the option or its environment variable). */
 int server_options_token(const struct dormant_server_options *resolved, char **ret_token);
-
-/* Split "host:port" or "[v6]:port" (listen.c reads the listen option so). */
-int listen_parse(const char *listen, char *host, size_t host_size, char *port, size_t port_size);
 
 #endif

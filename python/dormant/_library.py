@@ -111,7 +111,7 @@ _PROTOTYPES = {
     "dormant_json_free": (None, [c_void_p]),
     # server/dormant-server.h
     # struct dormant_server_options is opaque too: its table is
-    # server/options.c, listed by dormant_server_option_*().
+    # server/server_options.c, listed by dormant_server_option_*().
     "dormant_server_options_new": (c_int, [ctypes.POINTER(c_void_p)]),
     "dormant_server_options_destroy": (None, [c_void_p]),
     "dormant_server_options_set": (c_int, [c_void_p, c_char_p, c_char_p]),

@@ -116,7 +116,7 @@ def test_the_header_lists_every_option():
 
 
 def test_the_server_header_lists_every_server_option():
-    """The same for dormant-server.h and the server's table (server/options.c)."""
+    """The same for dormant-server.h and the server's table (server/server_options.c)."""
     import ctypes
     cdll = ctypes.CDLL(lib())
     for fn in ("dormant_server_option_name", "dormant_server_option_env"):

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""README.md as it reads off-site (PyPI shows it as the long description) and
-as a newcomer leaves the checkout after following it.
+"""README.md as a newcomer reads it in the checkout, and after following it.
 
 - The project's address is one value, Homepage in pyproject.toml: every other
-  URL there and every link to the project in README.md starts with it.
-- Every link of README.md is absolute, and one into the repository names a
-  file or folder that exists (an anchor of README itself, a heading of it).
+  URL there starts with it.
+- Every link of README.md into the project is relative and names a file or
+  folder that exists in the checkout (with an anchor: a heading of that
+  Markdown file, or of README itself); no link points at the project's
+  hosting site. Links outside the project stay absolute (https://).
 - No prose line of README.md is there twice (a pasted paragraph).
 - What the README's install commands make in the checkout is ignored by git.
 
@@ -58,33 +59,61 @@ def test_project_urls_share_the_homepage():
         assert url == HOMEPAGE or url.startswith(HOMEPAGE + '/'), (name, url)
 
 
-def test_readme_links_are_absolute():
-    found = links(README)
-    assert found, 'no links found in README.md'
-    relative = [t for t in found if not t.startswith(('https://', 'http://'))]
-    assert not relative, f'relative links break off-site (PyPI): {relative}'
+def headings(text):
+    return {slug(h) for h in re.findall(r'^#+ (.*)$', prose(text), re.M)}
 
 
-def test_readme_links_into_the_project_resolve():
-    headings = {slug(h) for h in re.findall(r'^#+ (.*)$', prose(README), re.M)}
+def link_problems(text, root):
+    """What is wrong with the links of README text, read from root: each a
+    line; [] when every link into the project is relative and resolves."""
+    problems = []
     host_and_owner = HOMEPAGE.rsplit('/', 1)[0]
-    checked = 0
-    for target in links(README):
-        if not target.startswith(host_and_owner + '/'):
+    for target in links(text):
+        if target.startswith(host_and_owner):
+            problems.append(f'{target}: a link into the project must be relative (a path '
+                            'in the checkout), not to its hosting site')
             continue
-        assert target == HOMEPAGE or target.startswith((HOMEPAGE + '/', HOMEPAGE + '#')), \
-            f'{target} is not under the Homepage {HOMEPAGE} (pyproject.toml)'
-        rest = target[len(HOMEPAGE):]
-        if rest.startswith('#'):
-            assert rest[1:] in headings, f'{target}: README has no heading #{rest[1:]}'
-        else:
-            m = re.fullmatch(r'/(blob|tree)/main/([^#]+)(#.*)?', rest)
-            assert m, f'{target}: not /blob/main/PATH or /tree/main/PATH'
-            path = ROOT / m.group(2)
-            assert path.exists(), f'{target}: no {m.group(2)} in the repository'
-            assert (m.group(1) == 'tree') == path.is_dir(), f'{target}: blob/tree mismatch'
-        checked += 1
-    assert checked >= 10, f'only {checked} links into the project checked'
+        if re.match(r'[a-z][a-z0-9+.-]*:', target):
+            if not target.startswith(('https://', 'http://', 'mailto:')):
+                problems.append(f'{target}: not https:, http: or mailto:')
+            continue
+        path, _, anchor = target.partition('#')
+        if path.startswith('/') or '..' in pathlib.PurePosixPath(path).parts:
+            problems.append(f'{target}: a path inside the checkout, from its root')
+            continue
+        if not path:  # an anchor of README itself
+            if anchor not in headings(text):
+                problems.append(f'{target}: README has no heading #{anchor}')
+            continue
+        file = root / path
+        if not file.exists():
+            problems.append(f'{target}: no {path} in the checkout')
+        elif anchor and file.suffix == '.md' and anchor not in headings(file.read_text()):
+            problems.append(f'{target}: {path} has no heading #{anchor}')
+    return problems
+
+
+def test_readme_links_are_relative_and_resolve():
+    found = links(README)
+    relative = [t for t in found if not re.match(r'[a-z][a-z0-9+.-]*:', t)]
+    assert len(relative) >= 10, f'only {len(relative)} links into the project: {found}'
+    problems = link_problems(README, ROOT)
+    assert not problems, '\n'.join(problems)
+
+
+@pytest.mark.parametrize('bad', [
+    '[x](https://github.com/dormant-project/dormant/blob/main/docs/design.md)',
+    '[x](docs/no-such-page.md)',
+    '[x](docs/design.md#no-such-heading)',
+    '[x](#no-such-heading)',
+    '[x](/etc/passwd)',
+    '[x](../outside.md)',
+    '[x](ftp://example.com/file)',
+])
+def test_the_link_check_fails_on_a_bad_link(bad):
+    """The check itself can fail: each kind of bad link is caught."""
+    host_link = bad.replace('https://github.com/dormant-project/dormant', HOMEPAGE)
+    assert link_problems(f'# Top\n\nSee {host_link}.\n', ROOT), bad
 
 
 def test_no_pasted_paragraph():
@@ -108,3 +137,13 @@ def test_what_the_install_commands_make_is_ignored(path):
         pytest.skip('not a git checkout')
     p = subprocess.run(['git', 'check-ignore', '-q', path], cwd=ROOT)
     assert p.returncode == 0, f'{path} (made by README\'s Install) is not ignored by git'
+
+
+GPU_TESTS = 'meson test -C build --suite gpu'
+
+
+@pytest.mark.parametrize('page', ['README.md', 'docs/pytorch.md', 'docs/testing.md'])
+def test_one_command_runs_the_gpu_tests(page):
+    """The pages that tell how to run the GPU tests tell the same command."""
+    text = ' '.join((ROOT / page).read_text().split())
+    assert f'`{GPU_TESTS}`' in text, f'{page} lacks `{GPU_TESTS}`'

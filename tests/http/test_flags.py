@@ -154,7 +154,7 @@ def test_dormantd_options_apply_and_are_listed():
     for word in ('--option NAME=VALUE', 'chunk_bytes', '$DORMANT_CHUNK_BYTES', 'pin_host',
                  'auto|cuda|host'):
         assert word in p.stdout, word
-    # and the server's, from server/options.c
+    # and the server's, from server/server_options.c
     for word in ('--server-option NAME=VALUE', 'request_timeout_s', 'int, default 10',
                  '$DORMANT_TOKEN_FILE', '$DORMANT_PUBLISH', 'max_connections_per_ip'):
         assert word in p.stdout, word

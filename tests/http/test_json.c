@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "client.h"
@@ -280,5 +281,65 @@ Test(json, started_unix_s_keeps_the_milliseconds)
 		  "started_unix_s %s, the manager's %.6f", text, st.last_sleep.started_unix_s);
 	json_decref(doc);
 	dormant_json_free(text);
+	fixture_stop(&f);
+}
+
+static int slow_check_hook(struct dormant *m, enum dormant_hook_point point, void *userdata)
+{
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = 60 * 1000 * 1000 };
+
+	while (nanosleep(&ts, &ts) < 0)
+		;
+	return 0;
+}
+
+static json_t *transition_doc(struct fixture *f, const char *action, const char *const *tags)
+{
+	char *text = NULL;
+	json_t *doc;
+
+	cr_assert_eq(dormant_transition_json(f->m, action, tags, &text), 0, "%s",
+		     dormant_last_error());
+	doc = parse(text);
+	dormant_json_free(text);
+	return doc;
+}
+
+/* A wake that copied nothing says so ("none", not ""); the after-wake hooks
+ * (where dormantd checks what came back) have their own part, beside
+ * duration_s, which does not hold them. */
+Test(json, wake_report_says_no_copy_and_the_after_hooks_part)
+{
+	struct fixture_config config = { .no_server = true };
+	const char *grads[] = { "grads", NULL };
+	struct fixture f;
+	json_t *doc, *copy;
+	double after, duration;
+
+	fixture_start(&f, &config);
+	json_decref(transition_doc(&f, "sleep", NULL));
+	doc = transition_doc(&f, "wake", grads);
+	copy = json_object_get(doc, "wake_copy");
+	cr_assert_str_eq(json_string_value(json_object_get(copy, "method")), "none");
+	cr_assert_eq(json_integer_value(json_object_get(copy, "bytes_engine")), 0);
+	cr_assert(json_is_number(json_object_get(doc, "after_hooks_s")));
+	json_decref(doc);
+
+	cr_assert_gt(dormant_hook_add(f.m, DORMANT_HOOK_AFTER_WAKE, slow_check_hook, NULL), 0);
+	doc = transition_doc(&f, "wake", NULL);
+	copy = json_object_get(doc, "wake_copy");
+	cr_assert_str_neq(json_string_value(json_object_get(copy, "method")), "none");
+	after = json_number_value(json_object_get(doc, "after_hooks_s"));
+	duration = json_number_value(json_object_get(doc, "duration_s"));
+	cr_assert_geq(after, 0.06, "after_hooks_s %f (duration_s %f): the hook slept 60 ms", after,
+		      duration);
+	json_decref(doc);
+	cr_assert(weights_intact(&f));
+
+	/* a sleep's report has the part too (no after-sleep hook here) */
+	doc = transition_doc(&f, "sleep", NULL);
+	cr_assert_null(json_object_get(doc, "wake_copy"));
+	cr_assert(json_is_number(json_object_get(doc, "after_hooks_s")));
+	json_decref(doc);
 	fixture_stop(&f);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The options of dormant_server_start() (server/options.c), through the
+ * The options of dormant_server_start() (server/server_options.c), through the
  * public calls only: every option the library lists has a default, can be
  * set and reads back, refuses a bad value with a message naming both and is
  * left as it was; unknown names are refused; environment variables apply

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """serve() passes each server option to the library's own table
-(dormant_server_options_set, server/options.c): names and values are checked
+(dormant_server_options_set, server/server_options.c): names and values are checked
 there, and Python keeps no mirror of struct dormant_server_options."""
 import inspect
 

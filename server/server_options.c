@@ -1,17 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* The options of dormant_server_start(), in the style of core/options.c:
- * one table says each option's name, type, default, environment variable,
- * bounds and doc line, and the setters, the environment, the listing (for
- * dormantd --help and bindings) and the checks all read it. */
+/* The options of dormant_server_start(), a table like core/options.c's (the
+ * rows' types and their parser: common/option_table.h): one table says each
+ * option's name, type, default, environment variable, bounds and doc line,
+ * and the setters, the environment, the listing (for dormantd --help and
+ * bindings) and the checks all read it. */
 #include "server_options.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -19,37 +18,7 @@
 #include "common.h"
 #include "faults.h"
 #include "listen.h"
-
-enum option_type {
-	OPTION_TEXT,
-	OPTION_UINT,
-	OPTION_BOOL,
-};
-
-static const char *const type_names[] = {
-	[OPTION_TEXT] = "text",
-	[OPTION_UINT] = "int",
-	[OPTION_BOOL] = "bool",
-};
-
-struct option {
-	const char *name;
-	enum option_type type;
-	size_t offset; /* of the field in struct dormant_server_options */
-	/* Parsed like a user's value when neither set nor in the environment.
-	 * NULL: none (text: NULL; the start decides, see default_doc). */
-	const char *default_value;
-	const char *default_doc; /* what dormant_server_option_default() says; NULL: default_value */
-	const char *env;	 /* NULL: none */
-	/* Rows of one env_group (non-zero) read their environment variables
-	 * only when the caller set none of the group: an explicit token_file
-	 * beats $DORMANT_TOKEN. */
-	int env_group;
-	unsigned min, max;	     /* uint */
-	int (*check)(const char *text); /* text: NULL: any */
-	bool secret;		     /* messages never repeat the value */
-	const char *doc;
-};
+#include "option_table.h"
 
 static int listen_check(const char *text);
 static int unix_path_check(const char *text);
@@ -61,10 +30,10 @@ static int publish_check(const char *text);
 #define FIELD(f) offsetof(struct dormant_server_options, f)
 #define MAX_TIMEOUT_S 86400
 
-/* Adding an option: a row here, its field in options.h, and its use in
+/* Adding an option: a row here, its field in server_options.h, and its use in
  * server.c. Keep the environment variables and defaults documented in
  * dormant-server.h, docs/http.md and docs/operations.md. */
-static const struct option options[] = {
+static const struct option_row options[] = {
 	{
 		.name = "listen", .type = OPTION_TEXT, .offset = FIELD(listen),
 		.default_value = SERVER_DEFAULT_LISTEN, .check = listen_check,
@@ -161,42 +130,6 @@ _Static_assert(ARRAY_SIZE(options) <= 64, "struct dormant_server_options.set has
 
 /* ---- the checks of text rows ------------------------------------------ */
 
-int listen_parse(const char *listen, char *host, size_t host_size, char *port, size_t port_size)
-{
-	const char *colon, *host_start = listen, *host_end;
-	char *end;
-	unsigned long value;
-
-	if (listen[0] == '[') {
-		host_start = listen + 1;
-		host_end = strchr(host_start, ']');
-		if (!host_end || host_end[1] != ':')
-			return error_set(-EINVAL, "listen address '%.64s' is not [IPv6]:PORT",
-					 listen);
-		colon = host_end + 1;
-	} else {
-		colon = strrchr(listen, ':');
-		if (!colon || memchr(listen, ':', (size_t)(colon - listen)))
-			return error_set(-EINVAL,
-					 "listen address '%.64s' is not HOST:PORT (IPv6 as [::1]:PORT)",
-					 listen);
-		host_end = colon;
-	}
-	if (host_end == host_start || (size_t)(host_end - host_start) >= host_size)
-		return error_set(-EINVAL, "listen address '%.64s' has no host or too long a one",
-				 listen);
-	errno = 0;
-	value = strtoul(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || *end || value > 65535 || colon[1] == '-' ||
-	    colon[1] == '+' || strlen(colon + 1) >= port_size)
-		return error_set(-EINVAL, "listen address '%.64s' has no port from 0 to 65535",
-				 listen);
-	memcpy(host, host_start, (size_t)(host_end - host_start));
-	host[host_end - host_start] = '\0';
-	snprintf(port, port_size, "%lu", value);
-	return 0;
-}
-
 static int listen_check(const char *text)
 {
 	char host[NI_MAXHOST], port[8];
@@ -240,85 +173,9 @@ static int publish_check(const char *text)
 
 /* ---- the table ----------------------------------------------------------- */
 
-static const struct option *option_find(const char *name, size_t *ret_index)
+static const struct option_row *option_find(const char *name, size_t *ret_index)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		if (strcmp(options[i].name, name) == 0) {
-			*ret_index = i;
-			return &options[i];
-		}
-	}
-	return NULL;
-}
-
-static int bool_parse(const char *text, bool *ret)
-{
-	static const char *const yes[] = { "1", "true", "yes", "on" };
-	static const char *const no[] = { "0", "false", "no", "off" };
-
-	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
-		if (strcasecmp(text, yes[i]) == 0) {
-			*ret = true;
-			return 0;
-		}
-		if (strcasecmp(text, no[i]) == 0) {
-			*ret = false;
-			return 0;
-		}
-	}
-	return error_set(-EINVAL, "'%.64s' is not a boolean (true or false)", text);
-}
-
-/* Parse text for row opt into the field of *o (a text row borrows text).
- * The message of a failure says what is wrong; the caller says whose. */
-static int option_parse(const struct option *opt, const char *text, struct dormant_server_options *o)
-{
-	char *field = (char *)o + opt->offset;
-	unsigned long long n;
-	char *end;
-	bool b = false;
-	int r;
-
-	switch (opt->type) {
-	case OPTION_TEXT:
-		if (opt->check) {
-			r = opt->check(text);
-			if (r < 0)
-				return r;
-		}
-		*(const char **)field = text;
-		return 0;
-	case OPTION_UINT:
-		errno = 0;
-		n = strtoull(text, &end, 10);
-		if (!isdigit((unsigned char)text[0]) || *end || errno)
-			return error_set(-EINVAL, "'%.64s' is not a whole number", text);
-		if (n < opt->min || n > opt->max)
-			return error_set(-EINVAL, "'%.64s' is out of range (%u to %u)", text, opt->min,
-					 opt->max);
-		*(unsigned *)field = (unsigned)n;
-		return 0;
-	case OPTION_BOOL:
-		r = bool_parse(text, &b);
-		if (r < 0)
-			return r;
-		*(bool *)field = b;
-		return 0;
-	}
-	return error_set(-EINVAL, "server option %s has an unknown type", opt->name);
-}
-
-static size_t field_size(enum option_type type)
-{
-	switch (type) {
-	case OPTION_TEXT:
-		return sizeof(const char *);
-	case OPTION_UINT:
-		return sizeof(unsigned);
-	case OPTION_BOOL:
-		return sizeof(bool);
-	}
-	return 0;
+	return option_row_find(options, ARRAY_SIZE(options), name, ret_index);
 }
 
 /* ---- the public calls ---------------------------------------------------- */
@@ -361,7 +218,7 @@ DORMANT_EXPORT int dormant_server_options_set(struct dormant_server_options *o, 
 					      const char *value)
 {
 	struct dormant_server_options parsed;
-	const struct option *opt;
+	const struct option_row *opt;
 	char *copy = NULL;
 	size_t i;
 	int r;
@@ -391,7 +248,7 @@ DORMANT_EXPORT int dormant_server_options_set(struct dormant_server_options *o, 
 		*(const char **)((char *)o + opt->offset) = copy;
 	} else {
 		memcpy((char *)o + opt->offset, (char *)&parsed + opt->offset,
-		       field_size(opt->type));
+		       option_field_size(opt->type));
 	}
 	o->set |= 1ull << i;
 	return 0;
@@ -400,7 +257,7 @@ DORMANT_EXPORT int dormant_server_options_set(struct dormant_server_options *o, 
 DORMANT_EXPORT int dormant_server_options_set_int(struct dormant_server_options *o,
 						  const char *name, long long value)
 {
-	const struct option *opt;
+	const struct option_row *opt;
 	char text[32];
 	size_t i;
 
@@ -509,7 +366,7 @@ DORMANT_EXPORT const char *dormant_server_option_name(size_t i)
 
 DORMANT_EXPORT const char *dormant_server_option_type(size_t i)
 {
-	return i < ARRAY_SIZE(options) ? type_names[options[i].type] : NULL;
+	return i < ARRAY_SIZE(options) ? option_type_name(options[i].type) : NULL;
 }
 
 DORMANT_EXPORT const char *dormant_server_option_default(size_t i)
@@ -547,11 +404,11 @@ static int rows_resolve(const struct dormant_server_options *o, struct dormant_s
 	int err;
 
 	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		const struct option *opt = &options[i];
+		const struct option_row *opt = &options[i];
 
 		if (o && (o->set & (1ull << i))) {
 			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
-			       field_size(opt->type));
+			       option_field_size(opt->type));
 			continue;
 		}
 		if (opt->env && !group_set(o, opt->env_group) && (env = getenv(opt->env)) &&
@@ -638,10 +495,9 @@ DORMANT_EXPORT int dormant_server_options_get(const struct dormant_server_option
 					      const char *name, char *buf, size_t size)
 {
 	struct dormant_server_options r;
-	const struct option *opt;
-	const char *field;
+	const struct option_row *opt;
 	size_t i;
-	int n = 0, err;
+	int n, err;
 
 	if (!name || !buf)
 		return error_set(-EINVAL, "%s is NULL", name ? "the buffer" : "the option name");
@@ -651,19 +507,7 @@ DORMANT_EXPORT int dormant_server_options_get(const struct dormant_server_option
 	err = rows_resolve(o, &r);
 	if (err < 0)
 		return err;
-	field = (const char *)&r + opt->offset;
-	switch (opt->type) {
-	case OPTION_TEXT:
-		n = snprintf(buf, size, "%s",
-			     *(const char *const *)field ? *(const char *const *)field : "");
-		break;
-	case OPTION_UINT:
-		n = snprintf(buf, size, "%u", *(const unsigned *)field);
-		break;
-	case OPTION_BOOL:
-		n = snprintf(buf, size, "%s", *(const bool *)field ? "true" : "false");
-		break;
-	}
+	n = option_format(opt, &r, buf, size);
 	if (n < 0 || (size_t)n >= size)
 		return error_set(-ENOSPC, "the value of server option %s needs %d bytes", name,
 				 n + 1);
