@@ -8,10 +8,12 @@ PyTorch's caching allocator (fake_torch/), run as a user starts one:
   - tms_name: libdormant-preload.so in LD_PRELOAD under torch_memory_saver's
     file name, as slime's and AReaL's launchers put it there.
 
-Each check of the program is a test of its own here. whole_process: under
-dormant's own whole-process capture (DORMANT_PRELOAD=1, no
-TMS_INIT_ENABLE) memory outside regions is tag "default"; what differs from
-the contract there is said where it is checked."""
+Each check of the program is a test of its own here. Whole-process capture
+(dormant's DORMANT_PRELOAD=1 without TMS_INIT_ENABLE, as dormant-run
+--capture sets; or torch_memory_saver's name with TMS_INIT_ENABLE=1, as
+slime's and AReaL's launchers set) manages memory outside regions too, under
+tag "default": there an allocation outside every region while it is paused
+gets ordinary memory instead of failing (test_whole_process)."""
 import json
 import os
 import pathlib
@@ -89,10 +91,12 @@ def launch(how, hook_mode):
                str(PROGRAM), hook_mode]
     else:
         env["PYTHONPATH"] = os.pathsep.join(python_path + [str(SHADOW), str(REPO / "python")])
-        library = str(TMS_NAMED) if how == "tms_name" else SHIM
+        library = str(TMS_NAMED) if how.startswith("tms_") else SHIM
         env["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("LD_PRELOAD", ""), library]))
-        if how == "whole_process":
+        if how == "capture":
             env["DORMANT_PRELOAD"] = "1"
+        if how == "tms_init_enable":
+            env.update(TMS_INIT_ENABLE="1", TMS_INIT_ENABLE_CPU_BACKUP="1")
         cmd = [sys.executable, str(PROGRAM), hook_mode]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     found = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
@@ -125,7 +129,38 @@ def test_contract(how, hook_mode, check):
     assert proc.returncode == 0, proc.stderr
 
 
+WHOLE_PROCESS_CHECKS = [
+    "hook_mode",
+    "outside_regions_is_managed_under_tag_default",
+    "deepep_buffer_is_ordinary_memory",
+    "pause_succeeds",
+    "every_tag_paused",
+    "allocation_outside_regions_while_paused_succeeds",
+    "allocation_outside_regions_while_paused_is_usable",
+    "deepep_buffer_intact_while_paused",
+    "resume_succeeds",
+    "weights_intact_after_resume",
+    "outside_regions_intact_after_resume",
+    "allocation_made_while_paused_still_ordinary_after_resume",
+]
+
+
+@pytest.mark.parametrize("check", WHOLE_PROCESS_CHECKS)
+@pytest.mark.parametrize("how", ["capture", "tms_init_enable"])
+def test_whole_process(how, check):
+    proc, found = results(how, "whole_process")
+    assert found is not None, \
+        f"no results: rc {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert check in found, f"{check} did not run: {sorted(found)}"
+    passed, detail = found[check]
+    assert passed, f"{check}: {detail}\nstderr:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_every_check_is_listed():
     proc, found = results("configure_subprocess", "preload")
     assert found is not None, proc.stderr
     assert sorted(found) == sorted(CHECKS)
+    proc, found = results("capture", "whole_process")
+    assert found is not None, proc.stderr
+    assert sorted(found) == sorted(WHOLE_PROCESS_CHECKS)

@@ -9,7 +9,7 @@ the fake CUDA runtime, with tests/preload/fake_torch first on PYTHONPATH (a
 model of PyTorch's caching allocator) and dormant's torch_memory_saver shadow
 as `torch_memory_saver`:
 
-    python3 tms_contract.py preload|torch
+    python3 tms_contract.py preload|torch|whole_process
 
 It prints one line "RESULTS {json}": each check by name, [passed, detail].
 A check that fails does not stop the others; touching a paused range faults
@@ -211,5 +211,67 @@ def main(hook_mode):
     print("RESULTS " + json.dumps(results), flush=True)
 
 
+def main_whole_process():
+    """Whole-process capture (dormant-run --capture, or TMS_INIT_ENABLE=1 as
+    slime's and AReaL's launchers set): memory outside regions is managed too,
+    under tag "default". An allocation outside every region while it is
+    paused gets ordinary memory (not refused); DeepEP's buffer stays
+    ordinary. (Blocks PyTorch cached inside a paused segment of its default
+    pool would be handed out unmapped: disable() is the way, see
+    docs/capture.md; this program frees none there.)"""
+    assert getattr(tms_package, "__dormant__", False), "torch_memory_saver is not dormant's"
+    cdll = torch_memory_saver._impl._binary_wrapper.cdll
+    check("hook_mode", torch_memory_saver.hook_mode == "preload", torch_memory_saver.hook_mode)
+    with torch_memory_saver.region("weights", enable_cpu_backup=True):
+        weights = cuda(3 * MiB)
+    fill(weights, 1)
+    outside = cuda(3 * MiB)
+    fill(outside, 2)
+    check("outside_regions_is_managed_under_tag_default",
+          managed(outside) and "default" in tags(), sorted(tags()))
+    cdll.tms_set_interesting_region(False)
+    try:
+        deepep = cuda(4 * MiB)
+    finally:
+        cdll.tms_set_interesting_region(True)
+    fill(deepep, 3)
+    check("deepep_buffer_is_ordinary_memory", not managed(deepep))
+
+    def transition(action):
+        getattr(torch_memory_saver, action)()
+        return True, ""
+    attempt("pause_succeeds", lambda: transition("pause"))
+    states = {k: v["state"] for k, v in tags().items()}
+    check("every_tag_paused", states and all(s == "asleep" for s in states.values()), states)
+    made = []
+
+    def allocate_while_paused():
+        before = runtime_mallocs()
+        made.append(cuda(MiB))
+        return runtime_mallocs() == before + 1, "the runtime's"
+    attempt("allocation_outside_regions_while_paused_succeeds", allocate_while_paused)
+
+    def usable():
+        t = made[0]
+        if managed(t):
+            return False, "in a managed range (paused: touching it would fault)"
+        fill(t, 5)
+        return t.tobytes() == expected(t.nbytes, 5), ""
+    attempt("allocation_outside_regions_while_paused_is_usable", usable)
+    attempt("deepep_buffer_intact_while_paused",
+            lambda: (not managed(deepep) and deepep.tobytes() == expected(deepep.nbytes, 3), ""))
+    attempt("resume_succeeds", lambda: transition("resume"))
+    attempt("weights_intact_after_resume",
+            lambda: (weights.tobytes() == expected(weights.nbytes, 1), ""))
+    attempt("outside_regions_intact_after_resume",
+            lambda: (outside.tobytes() == expected(outside.nbytes, 2), ""))
+    attempt("allocation_made_while_paused_still_ordinary_after_resume",
+            lambda: (not managed(made[0]) and made[0].tobytes() == expected(MiB, 5), ""))
+    print("RESULTS " + json.dumps(results), flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "whole_process":
+        main_whole_process()
+    else:
+        main(sys.argv[1])
