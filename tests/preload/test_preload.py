@@ -306,6 +306,9 @@ def test_http_drives_a_program_that_knows_nothing_of_dormant(tmp_path):
         assert default["policy"] == "keep"
         assert st["extra"]["preload"]["active"] is True
         assert st["extra"]["preload"]["captured_allocations"] == 1
+        assert st["extra"]["preload"]["ordinary"] == {
+            "allocations": 0, "bytes": 0, "while_asleep_allocations": 0,
+            "while_asleep_bytes": 0}
         assert s.request("POST", "/sleep")[0] == 200
         st = s.request("GET", "/stats")[1]
         default = [t for t in st["tags"] if t["tag"] == "default"][0]
