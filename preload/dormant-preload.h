@@ -16,12 +16,13 @@
  * options from the environment ($DORMANT_BACKEND, $DORMANT_HOST_MODE, ...),
  * and an HTTP server is started beside it when $DORMANT_LISTEN is set.
  *
- * An allocation outside every region (below) under a tag that is not awake
- * (the program allocates while it sleeps) is given ordinary device memory by
- * the CUDA runtime, not captured: it works, and stays on the device until
- * freed (counted in /stats, "ordinary"; one log line). Inside a region, or
- * while the process is checkpointed (residue mode), it fails with
- * cudaErrorMemoryAllocation.
+ * An allocation outside every region (none announced on the thread,
+ * dormant_preload_set_thread_region(), and the thread's tag "default")
+ * whose tag is not awake (the program allocates while it sleeps) is given
+ * ordinary device memory by the CUDA runtime, not captured: it works, and
+ * stays on the device until freed (counted in /stats, "ordinary"; one log
+ * line). Inside a region, under a tag the thread chose, or while the process
+ * is checkpointed (residue mode), it fails with cudaErrorMemoryAllocation.
  *
  * What is not captured, and what the shim does then:
  *  - cudaMallocAsync, cudaMallocFromPoolAsync, cudaMallocManaged: passed to

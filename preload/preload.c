@@ -671,11 +671,13 @@ DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 	/* the thread's tag and policy, as dormant_torch_malloc() takes them */
 	r = dormant_alloc_policy(process_manager, tag, dormant_get_thread_policy(), size,
 				 current_device(), &ptr);
-	if (r == -EBUSY && !thread_region && !checkpointed(process_manager)) {
-		/* Outside every region, under a tag that is not awake (whole-process
-		 * capture, a program allocating while it sleeps): ordinary memory,
-		 * as torch_memory_saver's users expect an allocation outside
-		 * regions to work. It stays on the device until freed. */
+	if (r == -EBUSY && !thread_region && strcmp(tag, "default") == 0 &&
+	    !checkpointed(process_manager)) {
+		/* Outside every region (none announced, the thread's tag not
+		 * chosen), under a tag that is not awake (whole-process capture, a
+		 * program allocating while it sleeps): ordinary memory, as
+		 * torch_memory_saver's users expect an allocation outside regions
+		 * to work. It stays on the device until freed. */
 		if (!atomic_exchange(&warned_asleep, true))
 			say("cudaMalloc of %zu bytes outside every region while tag '%s' is not "
 			    "awake: given ordinary device memory, not captured (it stays on the "
@@ -690,7 +692,7 @@ DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 		if (r != -ENOMEM && !atomic_exchange(&warned_failure, true))
 			say("cudaMalloc of %zu bytes under tag '%s'%s: %s (further failures are "
 			    "counted in /stats)", size, tag,
-			    r == -EBUSY && thread_region ? " inside a region" : "",
+			    r == -EBUSY ? " inside a region" : "",
 			    dormant_last_error());
 		return cuda_error_from(r);
 	}

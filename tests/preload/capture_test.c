@@ -241,6 +241,13 @@ static void mode_asleep(void)
 	CHECK(cudaMalloc(&q, 4096) == 2, "inside a region of a sleeping tag: refused");
 	CHECK(set_thread_region(0) == 1, "dormant_preload_set_thread_region(0)");
 	CHECK(set_thread_region(2) == -EINVAL, "another value: -EINVAL");
+	/* a tag the thread chose is a region too */
+	CHECK(dormant_set_thread_tag("weights") == 0, "dormant_set_thread_tag");
+	CHECK(cudaMalloc(&q, 4096) == 0 && dormant_owns(the_manager(), q), "awake tag: captured");
+	CHECK(dormant_sleep(the_manager(), (const char *[]){ "weights", NULL }, NULL) == 0,
+	      "sleep weights");
+	CHECK(cudaMalloc(&q, 4096) == 2, "under a chosen tag that sleeps: refused");
+	CHECK(dormant_set_thread_tag(NULL) == 0, "dormant_set_thread_tag(NULL)");
 	CHECK(fake_cuda_count(FAKE_MALLOC) == 1, "the refused one reached the runtime");
 	CHECK(cudaFree(p) == 0 && fake_cuda_count(FAKE_FREE) == 1, "freed by the runtime");
 	CHECK(dormant_wake(the_manager(), NULL, NULL) == 0, "wake");
