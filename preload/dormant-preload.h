@@ -16,6 +16,14 @@
  * options from the environment ($DORMANT_BACKEND, $DORMANT_HOST_MODE, ...),
  * and an HTTP server is started beside it when $DORMANT_LISTEN is set.
  *
+ * An allocation outside every region (none announced on the thread,
+ * dormant_preload_set_thread_region(), and the thread's tag "default")
+ * whose tag is not awake (the program allocates while it sleeps) is given
+ * ordinary device memory by the CUDA runtime, not captured: it works, and
+ * stays on the device until freed (counted in /stats, "ordinary"; one log
+ * line). Inside a region, under a tag the thread chose, or while the process
+ * is checkpointed (residue mode), it fails with cudaErrorMemoryAllocation.
+ *
  * What is not captured, and what the shim does then:
  *  - cudaMallocAsync, cudaMallocFromPoolAsync, cudaMallocManaged: passed to
  *    the CUDA runtime, counted in struct dormant_preload_stats and /stats,
@@ -86,12 +94,37 @@ DORMANT_EXPORT int dormant_preload_stats_get(struct dormant_preload_stats *ret);
  * on: 1 captured, 0 not, -1 back to the default: $TMS_INIT_ENABLE when set
  * (torch_memory_saver's variable: "1"/"true" captured, else not), else
  * captured (not captured when preloaded under torch_memory_saver's name,
- * as torch_memory_saver). Returns -EINVAL for another value. Per thread; never blocks.
+ * as torch_memory_saver). Once regions are tracked, 1 captures only inside a
+ * region or where the default captures (dormant_preload_set_thread_region()).
+ * Returns -EINVAL for another value. Per thread; never blocks.
  */
 DORMANT_EXPORT int dormant_preload_set_thread_capture(int on);
-/* Whether the calling thread's cudaMalloc calls are captured (when capture
- * is active in the process at all). Never fails. */
+/* The calling thread's capture flag (torch_memory_saver's interesting
+ * region), as set or defaulted above. Whether a cudaMalloc is captured also
+ * depends on regions, once they are tracked (dormant_preload_set_thread_region()).
+ * Never fails. */
 DORMANT_EXPORT bool dormant_preload_get_thread_capture(void);
+
+/*
+ * Whether the calling thread is inside a region (1) or outside every region
+ * (0): the torch_memory_saver drop-in calls it as its region() and
+ * cuda_graph() begin and end (and with 0 inside disable()). The first call in
+ * the process, with either value, turns region tracking on for every thread:
+ * from then on a thread's cudaMalloc is captured only when its capture flag
+ * is on and it is inside a region, or outside every region where the
+ * default captures there ($TMS_INIT_ENABLE=1, or dormant's own capture with
+ * $TMS_INIT_ENABLE unset). A flag switched on outside every region where the
+ * default does not capture (slime's tms_set_interesting_region(True) after
+ * DeepEP's buffer, in a child of configure_subprocess()) then captures
+ * nothing: only regions are managed, as torch_memory_saver promises, and
+ * the rest is ordinary memory that works while the regions sleep. Before
+ * any call the capture flag alone decides.
+ * Returns the previous value (0 or 1), -EINVAL for another value. Per
+ * thread; never blocks.
+ */
+DORMANT_EXPORT int dormant_preload_set_thread_region(int inside);
+/* Whether the calling thread is inside a region (as last set). Never fails. */
+DORMANT_EXPORT bool dormant_preload_get_thread_region(void);
 
 #ifdef __cplusplus
 }

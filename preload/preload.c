@@ -105,10 +105,21 @@ static bool quiet;
 static _Thread_local int in_shim;
 /* dormant_preload_set_thread_capture(): -1 unset (the default applies). */
 static _Thread_local int thread_capture = -1;
+/* dormant_preload_set_thread_region(): inside a region (1) or not (0). */
+static _Thread_local int thread_region;
+/* Set by the first dormant_preload_set_thread_region() of the process: a
+ * region layer (the torch_memory_saver drop-in) says where regions are, and
+ * a thread outside every region captures only as the default says. */
+static atomic_bool regions_tracked;
 
 static _Atomic uint64_t captured_allocations, captured_frees, failed_allocations, foreign_frees;
 static _Atomic uint64_t async_allocations, async_bytes, managed_allocations, managed_bytes;
-static atomic_bool warned_async, warned_managed, warned_failure;
+/* cudaMalloc calls given to the runtime as ordinary memory while capture is
+ * active: the thread did not capture, or (while_asleep) it did, outside
+ * every region, under a tag that was not awake */
+static _Atomic uint64_t ordinary_allocations, ordinary_bytes;
+static _Atomic uint64_t asleep_allocations, asleep_bytes;
+static atomic_bool warned_async, warned_managed, warned_failure, warned_asleep;
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -485,14 +496,20 @@ static int stats_extra(void *userdata, char *buf, size_t size)
 		     "\"captured_frees\": %llu, \"failed_allocations\": %llu, "
 		     "\"foreign_frees\": %llu, \"uncaptured\": {\"async_allocations\": %llu, "
 		     "\"async_bytes\": %llu, \"managed_allocations\": %llu, "
-		     "\"managed_bytes\": %llu}}}",
+		     "\"managed_bytes\": %llu}, \"ordinary\": {\"allocations\": %llu, "
+		     "\"bytes\": %llu, \"while_asleep_allocations\": %llu, "
+		     "\"while_asleep_bytes\": %llu}}}",
 		     st.active ? "true" : "false", (unsigned long long)st.captured_allocations,
 		     (unsigned long long)st.captured_frees,
 		     (unsigned long long)st.failed_allocations,
 		     (unsigned long long)st.foreign_frees, (unsigned long long)st.async_allocations,
 		     (unsigned long long)st.async_bytes,
 		     (unsigned long long)st.managed_allocations,
-		     (unsigned long long)st.managed_bytes);
+		     (unsigned long long)st.managed_bytes,
+		     (unsigned long long)atomic_load(&ordinary_allocations),
+		     (unsigned long long)atomic_load(&ordinary_bytes),
+		     (unsigned long long)atomic_load(&asleep_allocations),
+		     (unsigned long long)atomic_load(&asleep_bytes));
 	if (n < 0 || (size_t)n >= size)
 		return -ENOBUFS;
 	return n;
@@ -530,16 +547,53 @@ DORMANT_EXPORT int dormant_preload_set_thread_capture(int on)
 	return 0;
 }
 
+/* Whether a thread outside every region captures by default: $TMS_INIT_ENABLE
+ * when set; unset, dormant captures everything, torch_memory_saver's library
+ * (preloaded under its name) only regions. */
+static bool outside_regions_captured(void)
+{
+	const char *init = getenv("TMS_INIT_ENABLE");
+
+	return init && *init ? preload_env_true(init) : !preloaded_as_tms();
+}
+
 DORMANT_EXPORT bool dormant_preload_get_thread_capture(void)
 {
-	const char *init;
-
 	if (thread_capture >= 0)
 		return thread_capture == 1;
-	/* unset: dormant captures everything, torch_memory_saver's library
-	 * (preloaded under its name) only regions */
-	init = getenv("TMS_INIT_ENABLE");
-	return init && *init ? preload_env_true(init) : !preloaded_as_tms();
+	return outside_regions_captured();
+}
+
+DORMANT_EXPORT int dormant_preload_set_thread_region(int inside)
+{
+	int was = thread_region;
+
+	if (inside != 0 && inside != 1)
+		return -EINVAL;
+	atomic_store_explicit(&regions_tracked, true, memory_order_relaxed);
+	thread_region = inside;
+	return was;
+}
+
+DORMANT_EXPORT bool dormant_preload_get_thread_region(void)
+{
+	return thread_region == 1;
+}
+
+/*
+ * Whether this thread's cudaMalloc is captured now: its flag on, and, once a
+ * region layer tracks regions, inside one or outside every region where the
+ * default captures there. A flag switched on outside every region (slime's
+ * tms_set_interesting_region(True) after DeepEP's buffer) then captures
+ * nothing: torch_memory_saver's contract is that only regions are managed.
+ */
+static bool thread_captures(void)
+{
+	if (!dormant_preload_get_thread_capture())
+		return false;
+	if (thread_region || !atomic_load_explicit(&regions_tracked, memory_order_relaxed))
+		return true;
+	return outside_regions_captured();
 }
 
 /* ---- the interposed calls ------------------------------------------------ */
@@ -566,6 +620,32 @@ static int state_for_call(void)
 	return in_shim ? STATE_OFF : ensure_started();
 }
 
+/* The runtime's cudaMalloc for a call the shim does not capture while it is
+ * active (ordinary device memory), counted. */
+static cudaError_t ordinary_malloc(void **dev_ptr, size_t size, bool while_asleep)
+{
+	cudaError_t e = real_malloc(dev_ptr, size);
+
+	if (e == cudaSuccess) {
+		atomic_fetch_add(&ordinary_allocations, 1);
+		atomic_fetch_add(&ordinary_bytes, size);
+		if (while_asleep) {
+			atomic_fetch_add(&asleep_allocations, 1);
+			atomic_fetch_add(&asleep_bytes, size);
+		}
+	}
+	return e;
+}
+
+/* Whether the process's device state is checkpointed (residue mode): then no
+ * call may reach the runtime, and a refused allocation stays refused. */
+static bool checkpointed(struct dormant *m)
+{
+	struct dormant_residue_stats rs;
+
+	return dormant_residue_stats_get(m, &rs) == 0 && rs.state == DORMANT_RESIDUE_CHECKPOINTED;
+}
+
 DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 {
 	char tag[DORMANT_TAG_MAX + 1];
@@ -577,8 +657,10 @@ DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 		atomic_fetch_add(&failed_allocations, 1);
 		return cudaErrorInitializationError;
 	}
-	if (s != STATE_ACTIVE || !dormant_preload_get_thread_capture())
+	if (s != STATE_ACTIVE)
 		return real_malloc(dev_ptr, size);
+	if (!thread_captures())
+		return ordinary_malloc(dev_ptr, size, false);
 	if (!dev_ptr)
 		return cudaErrorInvalidValue;
 	if (size == 0) {
@@ -589,13 +671,29 @@ DORMANT_EXPORT cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 	/* the thread's tag and policy, as dormant_torch_malloc() takes them */
 	r = dormant_alloc_policy(process_manager, tag, dormant_get_thread_policy(), size,
 				 current_device(), &ptr);
+	if (r == -EBUSY && !thread_region && strcmp(tag, "default") == 0 &&
+	    !checkpointed(process_manager)) {
+		/* Outside every region (none announced, the thread's tag not
+		 * chosen), under a tag that is not awake (whole-process capture, a
+		 * program allocating while it sleeps): ordinary memory, as
+		 * torch_memory_saver's users expect an allocation outside regions
+		 * to work. It stays on the device until freed. */
+		if (!atomic_exchange(&warned_asleep, true))
+			say("cudaMalloc of %zu bytes outside every region while tag '%s' is not "
+			    "awake: given ordinary device memory, not captured (it stays on the "
+			    "device until freed; counted in /stats, ordinary.while_asleep_*)",
+			    size, tag);
+		return ordinary_malloc(dev_ptr, size, true);
+	}
 	if (r < 0) {
 		atomic_fetch_add(&failed_allocations, 1);
 		/* out of memory is the caller's to handle (PyTorch frees its cache
 		 * and retries); anything else is worth one line */
 		if (r != -ENOMEM && !atomic_exchange(&warned_failure, true))
-			say("cudaMalloc of %zu bytes under tag '%s': %s (further failures are "
-			    "counted in /stats)", size, tag, dormant_last_error());
+			say("cudaMalloc of %zu bytes under tag '%s'%s: %s (further failures are "
+			    "counted in /stats)", size, tag,
+			    r == -EBUSY ? " inside a region" : "",
+			    dormant_last_error());
 		return cuda_error_from(r);
 	}
 	atomic_fetch_add(&captured_allocations, 1);

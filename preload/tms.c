@@ -8,8 +8,10 @@
  * file names too (preload/meson.build).
  *
  * How each maps:
- *  - interesting region: whether the thread's cudaMalloc is captured
+ *  - interesting region: the thread's capture flag
  *    (dormant_preload_set_thread_capture(); $TMS_INIT_ENABLE its default);
+ *    once the drop-in announces its regions (dormant_preload_set_thread_region())
+ *    it captures only inside them, or where the default captures;
  *  - current tag: the thread's dormant tag (dormant_set_thread_tag());
  *  - cpu backup, disk backup: the thread's allocation policy, DORMANT_DISK
  *    with disk backup, DORMANT_KEEP with cpu backup, DORMANT_DISCARD without

@@ -32,17 +32,25 @@ How the calls map:
     raises dormant.OutOfMemoryError and leaves the tag paused with its host
     copy intact: retry it (torch_memory_saver exits the process there).
   - hook_mode "torch": regions use torch.cuda.MemPool on libdormant's
-    pluggable allocator. "preload": regions only choose the tag and policy
-    for dormant's LD_PRELOAD capture of cudaMalloc (dormant.preload), which
-    also captures memory outside every region under tag "default". Left
-    unset, "preload" when that capture is active, else "torch".
+    pluggable allocator. "preload": regions use a torch.cuda.MemPool of
+    PyTorch's own allocator per tag and policy, whose cudaMalloc dormant's
+    LD_PRELOAD shim (dormant.preload) captures. Left unset, "preload" when
+    that capture is active, else "torch". In both, only what is allocated
+    inside a region (interesting region on) is managed: memory outside every
+    region, under tms_set_interesting_region(False) and inside disable() is
+    ordinary device memory that works while the regions are paused, unless
+    TMS_INIT_ENABLE=1 or dormant-run --capture makes the whole process
+    managed (tag "default"). The shim is told where the regions are
+    (dormant_preload_set_thread_region()).
   - disable(): allocations inside go to a fresh pool of PyTorch's ordinary
     memory (under whole-process capture, not captured), which is given back
     when it ends; they work while everything else is paused.
   - get_cpu_backup(x, zero_copy): while x's tag is paused (or awake with
     retain_cpu_backup), a CPU tensor with x's bytes from dormant's host copy
     (zero_copy: a view of that copy, valid until the next resume or pause;
-    where live-bytes packing holds x in pieces, a copy, said once).
+    where live-bytes packing holds x in pieces, a copy, said once). None
+    for a disk-backed tensor (enable_disk_backup), paused or not, as in
+    torch_memory_saver: its copy is in a file, not in host memory.
   - retain_cpu_backup, TMS_RETAIN_CPU_BACKUP: dormant's host mode "retain",
     switchable at any time between pauses and resumes.
   - memory_margin_bytes: a resume that would leave less device memory free
@@ -194,6 +202,23 @@ def _set_signatures(cdll):
         fn = getattr(cdll, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    # dormant's own (preload/dormant-preload.h): where the regions are
+    for name, restype, argtypes in (("dormant_preload_set_thread_region", c_int, [c_int]),
+                                    ("dormant_preload_get_thread_region", c_bool, [])):
+        fn = getattr(cdll, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
+
+
+def _set_thread_region(cdll, inside):
+    """Tell the shim whether this thread is inside a region (it captures
+    only regions then, torch_memory_saver's contract); returns the previous
+    value, or None where the library has no such call."""
+    fn = getattr(cdll, "dormant_preload_set_thread_region", None)
+    if fn is None:
+        return None
+    return int(fn(1 if inside else 0))
 
 
 class _BinaryWrapper:
@@ -274,12 +299,22 @@ class _Impl:
         except (DormantError, OSError):
             return None
 
+    def _track_regions(self):
+        """Turn the shim's region tracking on (dormant_preload_set_thread_region()):
+        from now on a thread outside every region captures only where the
+        default says so, whatever its interesting region."""
+        cdll = self._cdll_or_none()
+        get = getattr(cdll, "dormant_preload_get_thread_region", None)
+        if get is not None:
+            _set_thread_region(cdll, bool(get()))
+
     @contextlib.contextmanager
     def _with_region_config(self, tag, enable_cpu_backup, cpu_backup_backend,
                             enable_disk_backup=False):
         """The thread's C configuration (tag, interesting region, backups) for
         the duration, as torch_memory_saver's; with it the thread's dormant
-        tag and allocation policy."""
+        tag and allocation policy, and the shim told that the thread is
+        inside a region."""
         cdll = self._cdll_or_none()
         if cdll is None:
             policy = ("disk" if enable_disk_backup else
@@ -296,9 +331,12 @@ class _Impl:
                                         enable_cpu_backup=enable_cpu_backup,
                                         cpu_backup_backend=cpu_backup_backend,
                                         enable_disk_backup=enable_disk_backup)
+        was_inside = _set_thread_region(cdll, True)
         try:
             yield
         finally:
+            if was_inside is not None:
+                _set_thread_region(cdll, bool(was_inside))
             self._binary_wrapper.set_config(**saved)
 
 
@@ -348,6 +386,7 @@ class TorchMemorySaver:
                 _disk_environment()
                 self._manager().set_policy(_TAG_DEFAULT, "disk")
             self._impl_object = _Impl(self, mode)
+            self._impl_object._track_regions()
             self._mode = mode
 
     @property
@@ -425,12 +464,16 @@ class TorchMemorySaver:
         cdll = self._impl_object._cdll_or_none()
         was = cdll.tms_get_interesting_region() if cdll is not None else None
         route = glue._push(None, device, pool=pool)
+        was_inside = None
         try:
             if cdll is not None:
                 cdll.tms_set_interesting_region(False)
+                was_inside = _set_thread_region(cdll, False)
             yield
         finally:
             if cdll is not None:
+                if was_inside is not None:
+                    _set_thread_region(cdll, bool(was_inside))
                 cdll.tms_set_interesting_region(was)
             glue._pop(route)
             del route, pool   # its segments go back with it
@@ -618,7 +661,8 @@ class TorchMemorySaver:
         the tag's next resume or pause). Where dormant's live-bytes packing
         holds x in pieces (a mark inside it, two chunks), zero_copy gives a
         copy and says so once. None when no host copy holds x (awake, no
-        backup, not dormant memory)."""
+        backup, disk backup, not dormant memory): for a disk-backed tensor
+        torch_memory_saver returns None too, paused or not."""
         import torch
         self._ensure_initialized()
         if not all(hasattr(x, a) for a in ("is_contiguous", "data_ptr", "numel", "element_size")):

@@ -67,6 +67,9 @@ def pytest_runtest_makereport(item, call):
     if rep.when == "call" or (rep.when == "setup" and not rep.passed):
         doc = (getattr(item, "function", None) and item.function.__doc__) or item.name
         label = doc.strip().splitlines()[0]
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None:   # one test per parameter: say which
+            label += f" [{callspec.id}]"
         status = "PASS" if rep.passed else "SKIP" if rep.skipped else "FAIL"
         notes = [v for k, v in item.user_properties if k == "note"]
         why = ""

@@ -205,12 +205,56 @@ static void mode_errors(void)
 	/* DORMANT_HOST_DEVICE_BYTES is small in this test */
 	CHECK(cudaMalloc(&p, (size_t)1 << 40) == 2, "too much: cudaErrorMemoryAllocation");
 	CHECK(cudaMalloc(&p, 4096) == 0, "cudaMalloc");
-	CHECK(dormant_sleep(the_manager(), NULL, NULL) == 0, "sleep");
-	/* the tag is asleep: no memory to hand out */
-	CHECK(cudaMalloc(&p, 4096) == 2, "while asleep: cudaErrorMemoryAllocation");
-	CHECK(dormant_wake(the_manager(), NULL, NULL) == 0, "wake");
-	CHECK(cudaMalloc(&p, 4096) == 0, "cudaMalloc after wake");
 	CHECK(fake_cuda_count(FAKE_MALLOC) == 0, "cudaMalloc reached the runtime");
+}
+
+static int set_thread_region(int inside)
+{
+	int (*fn)(int);
+
+	*(void **)&fn = shim_symbol("dormant_preload_set_thread_region");
+	return fn(inside);
+}
+
+/*
+ * Whole-process capture, a program allocating while its tag sleeps: outside
+ * every region it gets ordinary memory from the runtime (usable, never in a
+ * managed range, freed by the runtime); inside a region it is refused; after
+ * the wake the tag captures again and its data is intact.
+ */
+static void mode_asleep(void)
+{
+	const size_t kept_size = (size_t)1 << 20;
+	unsigned char buf[16];
+	void *kept, *p, *q;
+
+	CHECK(cudaMalloc(&kept, kept_size) == 0, "cudaMalloc");
+	fill(kept, kept_size, 7);
+	CHECK(dormant_sleep(the_manager(), NULL, NULL) == 0, "sleep");
+	CHECK(cudaMalloc(&p, 4096) == 0, "outside every region while asleep: not refused");
+	CHECK(fake_cuda_count(FAKE_MALLOC) == 1, "it is the runtime's ordinary memory");
+	CHECK(dormant_copy_to_host(the_manager(), buf, p, 1) == -EINVAL,
+	      "it lies in no managed range");
+	memset(p, 0x5a, 4096); /* usable while the rest sleeps */
+	CHECK(((unsigned char *)p)[4095] == 0x5a, "ordinary memory holds what was written");
+	CHECK(set_thread_region(1) == 0, "dormant_preload_set_thread_region(1)");
+	CHECK(cudaMalloc(&q, 4096) == 2, "inside a region of a sleeping tag: refused");
+	CHECK(set_thread_region(0) == 1, "dormant_preload_set_thread_region(0)");
+	CHECK(set_thread_region(2) == -EINVAL, "another value: -EINVAL");
+	/* a tag the thread chose is a region too */
+	CHECK(dormant_set_thread_tag("weights") == 0, "dormant_set_thread_tag");
+	CHECK(cudaMalloc(&q, 4096) == 0 && dormant_owns(the_manager(), q), "awake tag: captured");
+	CHECK(dormant_sleep(the_manager(), (const char *[]){ "weights", NULL }, NULL) == 0,
+	      "sleep weights");
+	CHECK(cudaMalloc(&q, 4096) == 2, "under a chosen tag that sleeps: refused");
+	CHECK(dormant_set_thread_tag(NULL) == 0, "dormant_set_thread_tag(NULL)");
+	CHECK(fake_cuda_count(FAKE_MALLOC) == 1, "the refused one reached the runtime");
+	CHECK(cudaFree(p) == 0 && fake_cuda_count(FAKE_FREE) == 1, "freed by the runtime");
+	CHECK(dormant_wake(the_manager(), NULL, NULL) == 0, "wake");
+	CHECK(check(kept, kept_size, 7), "kept memory changed over sleep/wake");
+	CHECK(cudaMalloc(&q, 4096) == 0 && dormant_owns(the_manager(), q), "captured after wake");
+	CHECK(fake_cuda_count(FAKE_MALLOC) == 1, "after the wake cudaMalloc reached the runtime");
+	CHECK(cudaFree(q) == 0 && cudaFree(kept) == 0, "cudaFree");
 }
 
 /* What is not captured goes to the runtime and is counted. */
@@ -401,6 +445,8 @@ int main(int argc, char **argv)
 		mode_tags();
 	else if (strcmp(mode, "errors") == 0)
 		mode_errors();
+	else if (strcmp(mode, "asleep") == 0)
+		mode_asleep();
 	else if (strcmp(mode, "passthrough") == 0)
 		mode_passthrough();
 	else if (strcmp(mode, "off") == 0)
@@ -415,7 +461,7 @@ int main(int argc, char **argv)
 		mode_serve();
 		return 0;
 	} else {
-		fprintf(stderr, "usage: capture-test basic|foreign|tags|errors|passthrough|off|"
+		fprintf(stderr, "usage: capture-test basic|foreign|tags|errors|asleep|passthrough|off|"
 				"refused WHY|fork|threads|serve\n");
 		return 2;
 	}

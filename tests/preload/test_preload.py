@@ -66,6 +66,17 @@ def test_captured(mode):
     assert_pass(run([CAPTURE, mode], captured_env()), mode)
 
 
+def test_allocating_while_asleep_gets_ordinary_memory_outside_regions():
+    # whole-process capture: a cudaMalloc outside every region while its tag
+    # sleeps is the runtime's ordinary memory (said once on stderr); inside a
+    # region it is refused (capture_test.c, mode_asleep)
+    proc = run([CAPTURE, "asleep"], captured_env())
+    assert_pass(proc, "asleep")
+    lines = [line for line in proc.stderr.splitlines() if "outside every region" in line]
+    assert len(lines) == 1 and "tag 'default' is not awake" in lines[0] \
+        and "ordinary device memory" in lines[0], proc.stderr
+
+
 def test_without_the_shim_the_program_fails_its_checks():
     # the checks can fail: the same program on the bare fake runtime
     proc = run([CAPTURE, "basic"], base_env())
@@ -295,6 +306,9 @@ def test_http_drives_a_program_that_knows_nothing_of_dormant(tmp_path):
         assert default["policy"] == "keep"
         assert st["extra"]["preload"]["active"] is True
         assert st["extra"]["preload"]["captured_allocations"] == 1
+        assert st["extra"]["preload"]["ordinary"] == {
+            "allocations": 0, "bytes": 0, "while_asleep_allocations": 0,
+            "while_asleep_bytes": 0}
         assert s.request("POST", "/sleep")[0] == 200
         st = s.request("GET", "/stats")[1]
         default = [t for t in st["tags"] if t["tag"] == "default"][0]

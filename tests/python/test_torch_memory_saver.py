@@ -594,6 +594,38 @@ def test_disk_backup_goes_to_files_of_the_directory(env, tmp_path, monkeypatch):
     assert tags(mgr)["w"]["disk_bytes"] == 0
 
 
+@needs_policy
+@pytest.mark.parametrize("host_mode", ["release", "retain"])
+def test_get_cpu_backup_of_a_disk_backed_tensor_is_none(env, tmp_path, host_mode):
+    # as torch_memory_saver's: a disk-backed allocation has no copy in host
+    # memory (its tms_get_cpu_backup_pointer() answers NULL for one, paused
+    # or not, and get_cpu_backup() None); the data is read back on resume
+    fake, mgr, tms = env
+    tms.retain_cpu_backup = host_mode == "retain"
+    tms.set_disk_backup_dir(tmp_path)
+    with tms.region("w", enable_disk_backup=True):
+        _, ptr = fake.alloc(2 * MiB)
+    with tms.region("w", enable_cpu_backup=True):
+        _, kept = fake.alloc(MiB)
+    x = DeviceTensor(fake, ptr, 2 * MiB)
+    mgr.copy_to_device(ptr, pattern(2 * MiB, 10))
+    mgr.copy_to_device(kept, pattern(MiB, 11))
+    cdll = tms._impl._binary_wrapper.cdll
+    u8p = ctypes.POINTER(ctypes.c_uint8)
+    assert tms.get_cpu_backup(x) is None                          # awake
+    for _ in range(2):   # the second cycle: retain mode keeps host copies by then
+        tms.pause("w")
+        assert tags(mgr)["w"]["disk_bytes"] >= 2 * MiB
+        assert tms.get_cpu_backup(x) is None                      # paused: in a file
+        assert tms.get_cpu_backup(x, zero_copy=True) is None
+        assert not cdll.tms_get_cpu_backup_pointer(ctypes.cast(ptr, u8p), 2 * MiB)
+        got = tms.get_cpu_backup(DeviceTensor(fake, kept, MiB))   # the kept one beside it
+        assert got is not None and got.tobytes() == pattern(MiB, 11)
+        tms.resume("w")
+        assert tms.get_cpu_backup(x) is None                      # awake, retained or not
+        assert mgr.copy_to_host(ptr, 2 * MiB) == pattern(2 * MiB, 10)
+
+
 def test_expandable_segments_refused(env, monkeypatch):
     fake, mgr, tms = env
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
