@@ -685,6 +685,23 @@ def run_python(args, env=None):
                           timeout=60)
 
 
+def test_hook_util_create_gives_each_mode_its_class():
+    program = ("from torch_memory_saver.hooks.base import HookUtilBase\n"
+               "p = HookUtilBase.create('preload')\n"
+               "t = HookUtilBase.create('torch')\n"
+               "print(type(p).__name__, type(t).__name__,\n"
+               "      p.get_path_binary().endswith('.so'), p.get_allocator())\n"
+               "try:\n"
+               "    HookUtilBase.create('other')\n"
+               "except KeyError as e:\n"
+               "    print('KeyError', e)\n")
+    r = run_python(["-m", "dormant.run", "--torch-memory-saver", "--",
+                    sys.executable, "-c", program])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["HookUtilModePreload", "HookUtilModeTorch", "True", "None",
+                                "KeyError", "'other'"]
+
+
 def test_without_the_switch_nothing_is_shadowed():
     r = run_python(["-c", "import dormant, dormant.torch_memory_saver\n" + PROBE])
     assert r.returncode == 0, r.stderr

@@ -7,7 +7,7 @@ from torch_memory_saver.utils import get_binary_path_from_package
 __all__ = ["configure_subprocess", "HookUtilModePreload"]
 
 
-class HookUtilModePreload(HookUtilBase):
+class HookUtilModePreload(HookUtilBase, hook_mode="preload"):
     """The library of hook mode "preload": dormant's capture shim."""
 
     def get_path_binary(self):

@@ -4,7 +4,7 @@ from torch_memory_saver.hooks.base import HookUtilBase
 from torch_memory_saver.utils import get_binary_path_from_package
 
 
-class HookUtilModeTorch(HookUtilBase):
+class HookUtilModeTorch(HookUtilBase, hook_mode="torch"):
     """The library of hook mode "torch" (dormant's, whose tms_torch_malloc
     and tms_torch_free serve torch.cuda.memory.CUDAPluggableAllocator)."""
 
