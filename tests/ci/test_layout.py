@@ -279,3 +279,32 @@ def test_no_file_includes_a_floor_above_its_own():
         found += floor_violations(folder, floors)
     assert not found, ("a file includes a header of a floor above its own (move the piece it "
                        f"needs down, or pass it in as a callback): {found}")
+
+
+def meson_block(text, start):
+    """The text of a call from `start` to its closing parenthesis."""
+    i = text.index(start)
+    depth = 0
+    for j in range(i, len(text)):
+        depth += text[j] == "("
+        depth -= text[j] == ")"
+        if text[j] == ")" and depth == 0:
+            return text[i:j + 1]
+    raise AssertionError(f"{start} is not closed")
+
+
+def test_what_links_the_core_sees_its_public_header_only():
+    """core_dep puts core/public (a copy of dormant.h, nothing else) on the
+    include path, not the three rooms' folders; core_private_dep, which does,
+    is used by bench/ alone."""
+    core = (CORE / "meson.build").read_text()
+    block = meson_block(core, "core_dep = declare_dependency(")
+    assert "core_public_inc" in block and "core_inc" not in block.replace(
+        "core_public_inc", ""), block
+    public = CORE / "public"
+    assert sorted(p.name for p in public.iterdir()) == ["meson.build"], \
+        "core/public/ holds no source header: the build copies dormant.h there"
+    users = sorted(p.relative_to(REPO).as_posix() for p in REPO.rglob("meson.build")
+                   if not p.relative_to(REPO).parts[0].startswith(("build", ".")) and
+                   "core_private_dep" in p.read_text() and p.parent != CORE)
+    assert users == ["bench/meson.build"], users
