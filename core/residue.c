@@ -90,6 +90,20 @@ static int helper_path(char *buf, size_t size)
 			 helper_name);
 }
 
+/* Forget a helper that was reaped: its socket closed, and its process id,
+ * which may be reused now, no longer this process's tracer. With r->lock. */
+static void helper_forget(struct residue *r)
+{
+	if (r->helper_fd >= 0) {
+		close(r->helper_fd);
+		r->helper_fd = -1;
+	}
+	if (r->helper_pid > 0) {
+		prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+		r->helper_pid = 0;
+	}
+}
+
 /* Reap the helper, which has exited or will once its socket closes. Called
  * by the thread that talks to it, with r->lock. */
 static void helper_reap(struct residue *r, bool kill_it)
@@ -105,9 +119,8 @@ static void helper_reap(struct residue *r, bool kill_it)
 		 * reaped it already makes this ECHILD, which is fine */
 		while (waitpid(r->helper_pid, NULL, 0) < 0 && errno == EINTR)
 			;
-		prctl(PR_SET_PTRACER, 0, 0, 0, 0);
-		r->helper_pid = 0;
 	}
+	helper_forget(r);
 }
 
 static int helper_start(struct residue *r)
@@ -498,14 +511,8 @@ void residue_stats_get(struct residue *r, struct dormant_residue_stats *ret)
 	pthread_mutex_lock(&r->lock);
 	/* a helper that died while idle is reaped here, not left a zombie */
 	if (!r->helper_busy && r->helper_pid > 0 &&
-	    waitpid(r->helper_pid, NULL, WNOHANG) == r->helper_pid) {
-		/* its process id may be reused: no longer this process's tracer */
-		prctl(PR_SET_PTRACER, 0, 0, 0, 0);
-		r->helper_pid = 0;
-		if (r->helper_fd >= 0)
-			close(r->helper_fd);
-		r->helper_fd = -1;
-	}
+	    waitpid(r->helper_pid, NULL, WNOHANG) == r->helper_pid)
+		helper_forget(r);
 	ret->mode = r->mode;
 	ret->state = r->state;
 	memcpy(ret->reason, r->reason, sizeof(ret->reason));
