@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* O_TMPFILE, O_DIRECT */
+#define _GNU_SOURCE /* O_TMPFILE, O_DIRECT, fallocate */
 #endif
 #include "diskfile.h"
 
@@ -79,46 +79,69 @@ static int open_unnamed(const char *dir, bool named, bool *ret_direct, char **re
 	return -err;
 }
 
-int diskfile_create(struct backend *b, const char *dir, uint64_t size, bool named,
-		    struct diskfile *ret)
+int diskstore_create(struct backend *b, const char *dir, uint64_t size, bool named,
+		     struct diskstore **ret)
 {
-	struct diskfile f = { .fd = -1, .size = size };
+	struct diskstore *s;
 	int r;
 
 	r = backend_fault_check(b, DORMANT_FAULT_DISK);
 	if (r < 0)
 		return error_prefix(r, "creating a disk copy in %s", dir);
-	r = open_unnamed(dir, named, &f.direct, &f.name);
-	if (r < 0)
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return error_set(-ENOMEM, "out of host memory");
+	s->size = size;
+	atomic_init(&s->refs, 1);
+	r = open_unnamed(dir, named, &s->direct, &s->name);
+	if (r < 0) {
+		free(s);
 		return error_set(r, "creating a disk copy in %s: %s", dir, strerror(-r));
-	f.fd = r;
-	f.open = true;
+	}
+	s->fd = r;
 	/* the space now: a full disk fails here, before any copy */
-	r = posix_fallocate(f.fd, 0, (off_t)size);
+	r = posix_fallocate(s->fd, 0, (off_t)size);
 	if (r == EOPNOTSUPP || r == EINVAL)
-		r = ftruncate(f.fd, (off_t)size) < 0 ? errno : 0;
+		r = ftruncate(s->fd, (off_t)size) < 0 ? errno : 0;
 	if (r != 0) {
-		diskfile_close(&f);
+		diskstore_put(s);
 		return error_set(-r, "allocating %llu bytes for a disk copy in %s: %s",
 				 (unsigned long long)size, dir, strerror(r));
 	}
-	if (named && !f.name) {
+	if (named && !s->name) {
 		/* an O_TMPFILE file gets its name through /proc */
 		char proc[64];
 
-		f.name = name_new(dir);
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", f.fd);
-		if (!f.name ||
-		    linkat(AT_FDCWD, proc, AT_FDCWD, f.name, AT_SYMLINK_FOLLOW) < 0) {
-			r = f.name ? -errno : -ENOMEM;
-			free(f.name);
-			f.name = NULL;
-			diskfile_close(&f);
+		s->name = name_new(dir);
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", s->fd);
+		if (!s->name ||
+		    linkat(AT_FDCWD, proc, AT_FDCWD, s->name, AT_SYMLINK_FOLLOW) < 0) {
+			r = s->name ? -errno : -ENOMEM;
+			free(s->name);
+			s->name = NULL;
+			diskstore_put(s);
 			return error_set(r, "naming a disk copy in %s: %s", dir, strerror(-r));
 		}
 	}
-	*ret = f;
+	*ret = s;
 	return 0;
+}
+
+void diskstore_put(struct diskstore *s)
+{
+	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	if (s->name)
+		unlink(s->name);
+	free(s->name);
+	close(s->fd);
+	free(s);
+}
+
+void diskfile_open(struct diskstore *s, uint64_t base, uint64_t size, struct diskfile *f)
+{
+	atomic_fetch_add(&s->refs, 1);
+	*f = (struct diskfile){ .store = s, .open = true, .base = base, .size = size };
 }
 
 /* pwrite/pread all of it; short transfers continue, EINTR retries. */
@@ -127,9 +150,9 @@ static int transfer_all(struct diskfile *f, void *buf, size_t size, uint64_t off
 	size_t done = 0;
 
 	while (done < size) {
-		ssize_t n = write ? pwrite(f->fd, (const char *)buf + done, size - done,
-					   (off_t)(offset + done))
-				  : pread(f->fd, (char *)buf + done, size - done, (off_t)(offset + done));
+		off_t at = (off_t)(f->base + offset + done);
+		ssize_t n = write ? pwrite(f->store->fd, (const char *)buf + done, size - done, at)
+				  : pread(f->store->fd, (char *)buf + done, size - done, at);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -218,10 +241,11 @@ void diskfile_close(struct diskfile *f)
 {
 	if (!f->open)
 		return;
-	if (f->name)
-		unlink(f->name);
-	free(f->name);
-	close(f->fd);
-	memset(f, 0, sizeof(*f));
-	f->fd = -1;
+	/* others still use the file: give this range's space back now (a
+	 * file system that cannot keeps it until the file closes) */
+	if (atomic_load(&f->store->refs) > 1)
+		(void)fallocate(f->store->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)f->base, (off_t)f->size);
+	diskstore_put(f->store);
+	*f = (struct diskfile){ .store = NULL };
 }

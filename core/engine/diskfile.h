@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Disk copies: where DORMANT_DISK chunks live while asleep. Each chunk's copy
- * is a file of its own in the manager's disk directory, created without a
- * name (O_TMPFILE; where the file system lacks it, created and unlinked at
- * once), so that nothing is left behind when the process exits or dies: the
- * space is the file system's again when the descriptor closes. With
- * disk_names the file is also given a name in the directory while it holds
- * a copy (torch_memory_saver lists them), removed when the copy goes.
+ * Disk copies: where DORMANT_DISK chunks live while asleep. A sleep gives
+ * each tag one file per device (struct diskstore: one descriptor, however
+ * many chunks), in the manager's disk directory, and each chunk a range of
+ * it (struct diskfile). The file is created without a name (O_TMPFILE; where
+ * the file system lacks it, created and unlinked at once), so that nothing
+ * is left behind when the process exits or dies: the space is the file
+ * system's again when the descriptor closes, which is when the last chunk's
+ * range goes. A range that goes before the others (its allocation freed
+ * while asleep) has its space punched out of the file where the file system
+ * can. With disk_names the file is also given a name in the directory while
+ * it holds a copy (torch_memory_saver lists them), removed when it closes.
  *
  * The runs of a disk chunk's plan start at multiples of DISKFILE_ALIGN in
  * its file (extent.h, plan_align()), and every read and write is of whole
@@ -20,6 +24,7 @@
 #ifndef DORMANT_DISKFILE_H
 #define DORMANT_DISKFILE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,22 +36,36 @@ struct copy_plan;
 
 #define DISKFILE_ALIGN 4096
 
-struct diskfile {
-	int fd;           /* valid while open */
-	bool open;
-	bool direct;      /* opened with O_DIRECT */
-	uint64_t size;    /* bytes allocated on disk */
-	char *name;       /* its name in the directory (disk_names), or NULL */
+/* One file: its descriptor, shared by the ranges of it (refs). */
+struct diskstore {
+	int fd;
+	bool direct;          /* opened with O_DIRECT */
+	_Atomic unsigned refs; /* ranges, and its creator until diskstore_put() */
+	uint64_t size;        /* bytes allocated on disk */
+	char *name;           /* its name in the directory (disk_names), or NULL */
 };
 
-/* Create an unnamed file of size bytes in dir, its space allocated. With
- * named, link it under a name in dir too. A fault-injection point
- * (DORMANT_FAULT_DISK). -ENOSPC (disk full), -EROFS, -EACCES, -ENOENT (no
- * such directory), -EIO; the message names the directory. */
-int diskfile_create(struct backend *b, const char *dir, uint64_t size, bool named,
-		    struct diskfile *ret);
+/* A chunk's copy: bytes [base, base + size) of a store's file. */
+struct diskfile {
+	struct diskstore *store; /* while open */
+	bool open;
+	uint64_t base;
+	uint64_t size; /* bytes of the file that are this chunk's */
+};
+
+/* Create an unnamed file of size bytes in dir, its space allocated, held by
+ * the caller (diskstore_put()). With named, link it under a name in dir
+ * too. A fault-injection point (DORMANT_FAULT_DISK). -ENOSPC (disk full),
+ * -EROFS, -EACCES, -ENOENT (no such directory), -EIO; the message names the
+ * directory. */
+int diskstore_create(struct backend *b, const char *dir, uint64_t size, bool named,
+		     struct diskstore **ret);
+/* Drop the caller's hold; the file closes with its last range. */
+void diskstore_put(struct diskstore *s);
+/* Open f as bytes [base, base + size) of s (inside it, aligned). */
+void diskfile_open(struct diskstore *s, uint64_t base, uint64_t size, struct diskfile *f);
 /* Write/read size bytes (a multiple of DISKFILE_ALIGN, buf aligned) at
- * offset (aligned). Fault-injection points (DORMANT_FAULT_DISK). */
+ * offset (aligned) of f's range. Fault-injection points (DORMANT_FAULT_DISK). */
 int diskfile_write(struct backend *b, struct diskfile *f, const void *buf, size_t size,
 		   uint64_t offset);
 int diskfile_read(struct backend *b, struct diskfile *f, void *buf, size_t size,
@@ -55,7 +74,8 @@ int diskfile_read(struct backend *b, struct diskfile *f, void *buf, size_t size,
 int diskfile_checksum(struct diskfile *f, const struct copy_plan *plan, struct checksum *ret);
 /* Flip bits of the byte at offset (dormant_debug_corrupt_host()). */
 int diskfile_xor_byte(struct diskfile *f, uint64_t offset, unsigned char mask);
-/* Close (and unlink the name of) a file; accepts a closed one. */
+/* Close a range: its space is punched out of the file, or, the last one,
+ * the file closes (and its name goes). Accepts a closed one. */
 void diskfile_close(struct diskfile *f);
 
 #endif

@@ -19,25 +19,68 @@
 
 /* ---- disk copies --------------------------------------------------------- */
 
-/* A file for a DORMANT_DISK chunk's copy (its plan laid out in blocks), in
- * the directory this sleep uses; the staging ring its pieces go through. */
-static int disk_ready(struct engine *e, int d, struct xfer_item *it)
+/* Does this sleep copy it to disk on device d? */
+static bool disk_copies(const struct xfer_item *it, int d)
 {
-	struct chunk *c = it->chunk;
-	uint64_t size = plan_align(&c->plan, DISKFILE_ALIGN);
+	return it->owner.device == d && xfer_is_disk(it) && xfer_is_keep(it) &&
+	       it->chunk->mapped && it->chunk->plan.kept > 0;
+}
+
+/* Files for the DORMANT_DISK chunks that sleep on device d: one per tag,
+ * each chunk a range of it (its plan laid out in blocks), in the directory
+ * this sleep uses, so that a tag holds one descriptor however many chunks
+ * it has, and its copy is one file read from start to end on wake; and the
+ * staging ring the pieces go through. A chunk whose file cannot be made
+ * gets none, and the sleep fails before any copy. */
+static int disk_ready(struct engine *e, int d, struct xfer_item *items, size_t count)
+{
+	bool any = false;
 	int r;
 
-	if (c->disk.open) { /* none should be left; never reuse one */
-		engine_account_disk(it->owner.held, -(int64_t)c->disk.size);
-		diskfile_close(&c->disk);
+	for (size_t i = 0; i < count; i++) {
+		struct chunk *c = items[i].chunk;
+
+		if (!disk_copies(&items[i], d))
+			continue;
+		any = true;
+		if (c->disk.open) { /* none should be left; never reuse one */
+			engine_account_disk(items[i].owner.held, -(int64_t)c->disk.size);
+			diskfile_close(&c->disk);
+		}
 	}
+	if (!any)
+		return 0;
 	r = staging_ready(e, d);
 	if (r < 0)
 		return r;
-	r = diskfile_create(e->backend, e->disk_dir, size, e->disk_names, &c->disk);
-	if (r < 0)
-		return error_prefix(r, "tag '%s'", it->owner.tag);
-	engine_account_disk(it->owner.held, (int64_t)c->disk.size);
+	for (size_t i = 0; i < count; i++) {
+		struct held_bytes *tag = items[i].owner.held;
+		struct diskstore *store;
+		uint64_t size = 0;
+
+		/* a tag's first chunk without a file: the tag's file */
+		if (!disk_copies(&items[i], d) || items[i].chunk->disk.open)
+			continue;
+		for (size_t k = i; k < count; k++)
+			if (items[k].owner.held == tag && disk_copies(&items[k], d))
+				size += plan_align(&items[k].chunk->plan, DISKFILE_ALIGN);
+		r = diskstore_create(e->backend, e->disk_dir, size, e->disk_names, &store);
+		if (r < 0)
+			return error_prefix(r, "tag '%s'", items[i].owner.tag);
+		size = 0;
+		for (size_t k = i; k < count; k++) {
+			struct chunk *c = items[k].chunk;
+			uint64_t bytes;
+
+			if (items[k].owner.held != tag || !disk_copies(&items[k], d))
+				continue;
+			bytes = plan_align(&c->plan, DISKFILE_ALIGN);
+			diskfile_open(store, size, bytes, &c->disk);
+			engine_account_disk(tag, (int64_t)bytes);
+			size += bytes;
+		}
+		diskstore_put(store);
+	}
 	return 0;
 }
 
@@ -476,6 +519,9 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 	t->times.checksum_s += now_monotonic_s() - start;
 	if (r < 0)
 		return r;
+	r = disk_ready(e, d, items, count);
+	if (r < 0)
+		return r;
 	r = prep_start(&prep, e, d, items, count);
 	if (r < 0) {
 		prep_finish(&prep);
@@ -510,7 +556,6 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			/* kept in host memory before its policy became disk */
 			if (c->host.ptr)
 				engine_host_release(e, it->owner.held, c);
-			r = disk_ready(e, d, it);
 		} else {
 			wait = now_monotonic_s();
 			r = prep_wait(&prep, it);

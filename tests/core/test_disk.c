@@ -206,8 +206,8 @@ Test(disk, names_show_while_asleep_and_go_on_wake_free_and_destroy)
 
 	scene_make(&s, "disk_names=true");
 	cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
-	/* the big allocation's 3 chunks and the slab's one */
-	cr_expect_geq(dir_entries(), 2, "a named file per disk chunk");
+	/* the big allocation's 3 chunks and the slab's one: one file */
+	cr_expect_eq(dir_entries(), 1, "one named file for the tag");
 	cr_expect_eq(dir_bytes(), stats(s.m)->disk_bytes, "the files are the disk bytes");
 	cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
 	cr_expect_eq(dir_entries(), 0);
@@ -225,6 +225,97 @@ Test(disk, names_show_while_asleep_and_go_on_wake_free_and_destroy)
 	cr_expect_geq(dir_entries(), 1);
 	dormant_destroy(s.m); /* asleep: its files go too */
 	cr_expect_eq(dir_entries(), 0);
+}
+
+/* Descriptors this process holds. */
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Bytes the file system holds for the files in the test's directory. */
+static uint64_t dir_allocated(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	uint64_t sum = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		struct stat st;
+
+		if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+			sum += (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return sum;
+}
+
+/* issue 32: a tag's copy is one file, one descriptor, however many chunks
+ * it has; two disk tags hold two. */
+Test(disk, a_tag_holds_one_file_and_one_descriptor_however_many_chunks)
+{
+	struct scene s;
+	void *other;
+	int awake;
+
+	scene_make(&s, "disk_names=true");
+	cr_assert_eq(dormant_set_policy(s.m, "cold2", DORMANT_DISK), 0);
+	cr_assert_eq(dormant_alloc(s.m, "cold2", 9 * MiB, &other), 0);
+	fill(s.m, other, 9 * MiB, 7);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		awake = fd_count();
+		cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
+		cr_expect_eq(fd_count() - awake, 2, "cycle %d: one descriptor per disk tag, "
+			     "not one per chunk (%d more)", cycle, fd_count() - awake);
+		cr_expect_eq(dir_entries(), 2, "one file per disk tag");
+		cr_expect_eq(dir_bytes(), stats(s.m)->disk_bytes, "the files are the disk bytes");
+		cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
+		cr_expect_eq(fd_count(), awake, "the descriptors go with the wake");
+		cr_expect_eq(dir_entries(), 0);
+		expect_intact(&s);
+		cr_expect(holds(s.m, other, 9 * MiB, 7), "the second tag's allocation lost");
+	}
+	dormant_destroy(s.m);
+}
+
+/* An allocation freed while its tag sleeps on disk gives its part of the
+ * tag's file back at once (one with chunks of its own: larger than a
+ * slab's); the rest of the file still wakes intact. */
+Test(disk, an_allocation_freed_while_asleep_gives_its_space_back)
+{
+	struct scene s;
+	uint64_t before, after, held;
+	void *own;
+
+	scene_make(&s, "disk_names=true");
+	cr_assert_eq(dormant_alloc(s.m, "cold", 40 * MiB, &own), 0, "%s", dormant_last_error());
+	fill(s.m, own, 40 * MiB, 8);
+	cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
+	before = dir_allocated();
+	held = tag_stats(stats(s.m), "cold")->disk_bytes;
+	cr_assert_geq(before, 40 * MiB + BIG, "the file holds the copy (%llu bytes)",
+		      (unsigned long long)before);
+	cr_assert_eq(dormant_free(s.m, own), 0, "%s", dormant_last_error());
+	after = dir_allocated();
+	cr_expect_eq(tag_stats(stats(s.m), "cold")->disk_bytes, held - 40 * MiB,
+		     "counted off the tag");
+	cr_expect_eq(dir_entries(), 1, "the other allocations' copies are still there");
+	cr_expect_leq(after, before - 40 * MiB + 64 * KiB, "its space was punched out "
+		      "(%llu of %llu bytes left)", (unsigned long long)after,
+		      (unsigned long long)before);
+	cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
+	expect_intact(&s);
+	cr_expect_eq(dir_entries(), 0);
+	dormant_destroy(s.m);
 }
 
 Test(disk, a_file_corrupted_while_asleep_fails_the_wake_and_is_not_restored)
