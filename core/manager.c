@@ -1049,8 +1049,9 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 
 	ret->staging_bytes = atomic_load(&m->engine.staging_held);
 	devices = MIN(m->device_count, DORMANT_DEVICES_MAX);
-	/* while checkpointed the devices are read from outside (free_outside):
-	 * a CUDA call would wait for the restore */
+	/* while checkpointed the devices are read from outside
+	 * (residue_free_outside(): the helper reads them): a CUDA call would
+	 * wait for the restore */
 	checkpointed = !residue_device_enter(&m->residue);
 	for (int d = 0; d < devices; d++) {
 		struct dormant_device_stats *ds = &ret->devices[ret->device_count];
@@ -1062,10 +1063,8 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 			continue;
 		ds->ordinal = d;
 		ds->managed_bytes = atomic_load(&m->engine.device_bytes[d]);
-		r = checkpointed ? (b->ops->free_outside
-					    ? b->ops->free_outside(b, d, &ds->free_bytes,
-								   &ds->total_bytes)
-					    : -ENOTSUP)
+		r = checkpointed ? residue_free_outside(&m->residue, d, &ds->free_bytes,
+							&ds->total_bytes)
 				 : b->ops->mem_info(b, d, &ds->free_bytes, &ds->total_bytes);
 		if (r < 0)
 			ds->free_bytes = ds->total_bytes = 0;

@@ -246,8 +246,8 @@ static int helper_exchange(struct residue *r, const struct residue_request *req,
 
 /* A restore may be asked again of a new helper when the old one died with it
  * (the helper restores from whatever state it finds); a checkpoint may not. */
-static int helper_call(struct residue *r, const struct residue_request *req, double timeout_s,
-		       struct residue_reply *rep)
+static int helper_call_held(struct residue *r, const struct residue_request *req,
+			    double timeout_s, struct residue_reply *rep)
 {
 	int e;
 
@@ -266,6 +266,17 @@ static int helper_call(struct residue *r, const struct residue_request *req, dou
 	return e;
 }
 
+static int helper_call(struct residue *r, const struct residue_request *req, double timeout_s,
+		       struct residue_reply *rep)
+{
+	int e;
+
+	pthread_mutex_lock(&r->io);
+	e = helper_call_held(r, req, timeout_s, rep);
+	pthread_mutex_unlock(&r->io);
+	return e;
+}
+
 void residue_init(struct residue *r, struct backend *b, const struct logger *log,
 		  enum dormant_residue_mode mode, unsigned lock_timeout_ms, unsigned timeout_ms)
 {
@@ -280,6 +291,7 @@ void residue_init(struct residue *r, struct backend *b, const struct logger *log
 		.helper_fd = -1,
 	};
 	pthread_rwlock_init(&r->device_access, NULL);
+	pthread_mutex_init(&r->io, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 }
 
@@ -289,6 +301,7 @@ void residue_finish(struct residue *r)
 	helper_reap(r, false);
 	pthread_mutex_unlock(&r->lock);
 	pthread_mutex_destroy(&r->lock);
+	pthread_mutex_destroy(&r->io);
 	pthread_rwlock_destroy(&r->device_access);
 }
 
@@ -315,18 +328,53 @@ void residue_device_leave(struct residue *r)
 	pthread_rwlock_unlock(&r->device_access);
 }
 
+static struct residue_request request(struct residue *r, enum residue_op op, int fault);
+
+/* How long a read of free memory may take the helper. */
+#define FREE_TIMEOUT_S 10.0
+
+int residue_free_outside(struct residue *r, int device, uint64_t *ret_free, uint64_t *ret_total)
+{
+	struct backend *b = r->backend;
+	struct residue_request req = request(r, RESIDUE_OP_FREE, 0);
+	struct residue_reply rep = { 0 };
+	int e;
+
+	if (device < 0 || device >= DORMANT_DEVICES_MAX)
+		return error_set(-ENODEV, "no device %d", device);
+	if (!atomic_load(&r->checkpointed) || req.driver != RESIDUE_DRIVER_CUDA)
+		return b->ops->free_outside ? b->ops->free_outside(b, device, ret_free, ret_total)
+					    : error_set(-ENOTSUP, "the backend cannot read it");
+	if (pthread_mutex_trylock(&r->io) != 0) {
+		/* a restore or checkpoint is under way: what was read last */
+		*ret_free = atomic_load(&r->outside_free[device]);
+		*ret_total = atomic_load(&r->outside_total[device]);
+		return *ret_total ? 0 : error_set(-EBUSY, "the residue helper is busy");
+	}
+	req.device = device;
+	e = helper_call_held(r, &req, FREE_TIMEOUT_S, &rep);
+	pthread_mutex_unlock(&r->io);
+	if (e == 0 && rep.result < 0)
+		e = error_set(rep.result, "%s", rep.message);
+	if (e < 0)
+		return error_prefix(e, "reading device %d's memory through the residue helper",
+				    device);
+	atomic_store(&r->outside_free[device], rep.free_bytes);
+	atomic_store(&r->outside_total[device], rep.total_bytes);
+	*ret_free = rep.free_bytes;
+	*ret_total = rep.total_bytes;
+	return 0;
+}
+
 /* Free memory of each device as seen from outside the process (0 where it
  * cannot be read). */
 static void free_read(struct residue *r, int devices, uint64_t free_bytes[DORMANT_DEVICES_MAX],
 		      bool known[DORMANT_DEVICES_MAX])
 {
-	struct backend *b = r->backend;
-
 	for (int d = 0; d < devices && d < DORMANT_DEVICES_MAX; d++) {
 		uint64_t total;
 
-		known[d] = b->ops->free_outside &&
-			   b->ops->free_outside(b, d, &free_bytes[d], &total) == 0;
+		known[d] = residue_free_outside(r, d, &free_bytes[d], &total) == 0;
 		if (!known[d])
 			free_bytes[d] = 0;
 	}

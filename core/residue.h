@@ -39,6 +39,12 @@ struct residue {
 	/* the devices the process had used when it was checkpointed */
 	bool used[DORMANT_DEVICES_MAX];
 
+	/* one request to the helper at a time (a checkpoint, a restore, or a
+	 * stats thread's read of free memory, which never waits for it) */
+	pthread_mutex_t io;
+	/* the last free and total memory the helper read (RESIDUE_OP_FREE) */
+	_Atomic uint64_t outside_free[DORMANT_DEVICES_MAX], outside_total[DORMANT_DEVICES_MAX];
+
 	pthread_mutex_t lock; /* the fields below; never held across the helper's I/O */
 	enum dormant_residue_state state;
 	char reason[DORMANT_ERROR_MAX];
@@ -62,6 +68,15 @@ void residue_init(struct residue *r, struct backend *b, const struct logger *log
 /* Stop the helper (it exits on end-of-file) and reap it. The process must
  * not be checkpointed any more (residue_restore() first). */
 void residue_finish(struct residue *r);
+
+/*
+ * A device's free and total memory as seen from outside the process: while
+ * checkpointed on the CUDA driver, read by the helper (a call into the
+ * driver's libraries here, NVML's included, would wait for the restore);
+ * else the backend's free_outside. A read while the helper is busy with
+ * another request answers what the helper read last (-EBUSY if nothing).
+ */
+int residue_free_outside(struct residue *r, int device, uint64_t *ret_free, uint64_t *ret_total);
 
 static inline bool residue_checkpointed(struct residue *r)
 {

@@ -65,6 +65,14 @@ struct driver {
 	cu_result (*checkpoint)(int pid, struct cu_plain_args *args);
 	cu_result (*restore)(int pid, struct cu_restore_args *args);
 	cu_result (*unlock)(int pid, struct cu_plain_args *args);
+	/* RESIDUE_OP_FREE: the device's bus id, and NVML (loaded at its first) */
+	cu_result (*device_get)(int *ret, int ordinal);
+	cu_result (*device_bus_id)(char *ret, int len, int device);
+	bool nvml_loaded;
+	int nvml_error;
+	char nvml_message[RESIDUE_MESSAGE_MAX];
+	int (*nvml_by_bus_id)(const char *bus_id, void **ret);
+	int (*nvml_memory)(void *device, void *ret);
 };
 
 static double now_s(void)
@@ -142,6 +150,8 @@ static int driver_load(struct driver *d)
 	*(void **)&d->init = dlsym(lib, "cuInit");
 	*(void **)&d->error_name = dlsym(lib, "cuGetErrorName");
 	*(void **)&d->error_string = dlsym(lib, "cuGetErrorString");
+	*(void **)&d->device_get = dlsym(lib, "cuDeviceGet");
+	*(void **)&d->device_bus_id = dlsym(lib, "cuDeviceGetPCIBusId");
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		*slots[i] = dlsym(lib, names[i]);
 		if (!*slots[i]) {
@@ -215,6 +225,72 @@ static int process_state(struct driver *d, int pid)
 		trace("%s: %d", name, cr);          \
 	} while (0)
 
+static int nvml_load(struct driver *d)
+{
+	int (*init)(void);
+	void *lib;
+	int r;
+
+	if (d->nvml_loaded)
+		return d->nvml_error;
+	d->nvml_loaded = true;
+	trace("dlopen libnvidia-ml.so.1");
+	lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(d->nvml_message, sizeof(d->nvml_message), "cannot load NVML: %s",
+			 dlerror());
+		return d->nvml_error = -ENOTSUP;
+	}
+	*(void **)&init = dlsym(lib, "nvmlInit_v2");
+	*(void **)&d->nvml_by_bus_id = dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+	*(void **)&d->nvml_memory = dlsym(lib, "nvmlDeviceGetMemoryInfo");
+	if (!init || !d->nvml_by_bus_id || !d->nvml_memory) {
+		snprintf(d->nvml_message, sizeof(d->nvml_message), "NVML lacks a function");
+		return d->nvml_error = -ENOTSUP;
+	}
+	r = init();
+	trace("nvmlInit: %d", r);
+	if (r != 0) {
+		snprintf(d->nvml_message, sizeof(d->nvml_message), "nvmlInit failed (%d)", r);
+		return d->nvml_error = -ENOTSUP;
+	}
+	return 0;
+}
+
+/* RESIDUE_OP_FREE: the device's memory as NVML sees it, from this process. */
+static int cuda_free(struct driver *d, int ordinal, struct residue_reply *rep)
+{
+	struct {
+		unsigned long long total, free, used; /* nvmlMemory_t */
+	} memory;
+	char bus_id[32];
+	void *handle = NULL;
+	int device, r;
+
+	if (!d->device_get || !d->device_bus_id ||
+	    d->device_get(&device, ordinal) != CU_SUCCESS ||
+	    d->device_bus_id(bus_id, (int)sizeof(bus_id), device) != CU_SUCCESS) {
+		say(rep, "no CUDA device %d here", ordinal);
+		return -ENODEV;
+	}
+	r = nvml_load(d);
+	if (r < 0) {
+		say(rep, "%s", d->nvml_message);
+		return r;
+	}
+	r = d->nvml_by_bus_id(bus_id, &handle);
+	if (r == 0)
+		r = d->nvml_memory(handle, &memory);
+	trace("NVML memory of %s: %d", bus_id, r);
+	if (r != 0) {
+		say(rep, "NVML cannot read device %d's memory (%d)", ordinal, r);
+		return -EIO;
+	}
+	rep->free_bytes = memory.free;
+	rep->total_bytes = memory.total;
+	return 0;
+}
+
 static int cuda_op(struct driver *d, int pid, const struct residue_request *req,
 		   struct residue_reply *rep)
 {
@@ -229,6 +305,8 @@ static int cuda_op(struct driver *d, int pid, const struct residue_request *req,
 		say(rep, "%s", d->load_message);
 		return r;
 	}
+	if (req->op == RESIDUE_OP_FREE)
+		return cuda_free(d, req->device, rep);
 	state = process_state(d, pid);
 	switch (req->op) {
 	case RESIDUE_OP_CHECKPOINT:
@@ -269,9 +347,13 @@ static int host_op(int pid, const struct residue_request *req, struct residue_re
 		say(rep, "process %d is gone", pid);
 		return -ESRCH;
 	}
-	if (req->op < RESIDUE_OP_CHECKPOINT || req->op > RESIDUE_OP_RESTORE) {
+	if (req->op < RESIDUE_OP_CHECKPOINT || req->op > RESIDUE_OP_FREE) {
 		say(rep, "unknown request %u", req->op);
 		return -EINVAL;
+	}
+	if (req->op == RESIDUE_OP_FREE) {
+		say(rep, "the simulated device is read inside the process");
+		return -ENOTSUP;
 	}
 	return 0;
 }

@@ -26,6 +26,10 @@ enum residue_op {
 	/* Restore the parent's device state and unlock it. From LOCKED only
 	 * unlocks; from RUNNING does nothing. */
 	RESIDUE_OP_RESTORE,
+	/* Read a device's free and total memory from outside the process
+	 * (NVML, the device found by its PCI bus id): inside a checkpointed
+	 * process a call into the driver's libraries waits for the restore. */
+	RESIDUE_OP_FREE,
 };
 
 enum residue_driver {
@@ -49,7 +53,7 @@ struct residue_request {
 	uint32_t lock_timeout_ms;
 	int32_t fault;           /* tests: non-zero, fail the op with this -errno
 	                          * (-ETIMEDOUT: never answer, as a hung driver) */
-	int32_t reserved;
+	int32_t device;          /* RESIDUE_OP_FREE: the device's CUDA ordinal */
 };
 
 struct residue_reply {
@@ -58,6 +62,8 @@ struct residue_reply {
 	int32_t driver_code;     /* the driver's result (CUresult), 0 if none */
 	int32_t process_state;   /* enum residue_process_state after the op */
 	double seconds;          /* time the driver calls took */
+	uint64_t free_bytes;     /* RESIDUE_OP_FREE */
+	uint64_t total_bytes;
 	char message[RESIDUE_MESSAGE_MAX]; /* the driver's words on failure */
 };
 

@@ -116,8 +116,10 @@ struct backend_ops {
 			   size_t size);
 	/* Residue mode (docs/design.md, "Residue"). May be NULL:
 	 *  - free_outside: a device's free and total memory as read from
-	 *    outside this process's CUDA state (NVML), the one op that may run
-	 *    while the process is checkpointed; -ENOTSUP when it cannot be read;
+	 *    outside this process's CUDA state (NVML); -ENOTSUP when it cannot
+	 *    be read. The simulated device's may run while the process is
+	 *    checkpointed; the CUDA one's may not (residue_free_outside() asks
+	 *    the helper then);
 	 *  - residue_checkpointed: the helper process has checkpointed the
 	 *    process's device state (on true) or restored it (false). The
 	 *    simulated device gives back what it models as the process's

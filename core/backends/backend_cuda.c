@@ -450,8 +450,10 @@ static void nvml_load(struct cuda_nvml *n)
 	}
 }
 
-/* A device's memory through NVML: no CUDA call, so it answers while the
- * process is checkpointed (a CUDA call would wait for the restore). */
+/* A device's memory through NVML, from this process: not while it is
+ * checkpointed (the sleep that first used it from here in that window never
+ * returned on the H100/H200, driver 580): residue.c then asks its helper,
+ * which reads NVML from outside. */
 static int cuda_free_outside(struct backend *b, int device, uint64_t *ret_free,
 			     uint64_t *ret_total)
 {
