@@ -838,8 +838,11 @@ def summarize(r, ceiling):
         r[f"{way}_gbps"] = gbps
         r[f"{way}_ratio"] = gbps / ceiling[cap] if ceiling[cap] else None
     for way in ("sleep", "wake"):
+        # numbers as medians; words (the residue's action, its result)
+        # as the last steady phase said them
         r[f"{way}_parts"] = {k: med([p[f"{way}_parts"][k] for p in steady])
-                             for k in steady[0][f"{way}_parts"]}
+                             if isinstance(v, (int, float)) else steady[-1][f"{way}_parts"][k]
+                             for k, v in steady[0][f"{way}_parts"].items()}
         # the first phase apart: a cold sleep's setup and host copies
         r[f"first_{way}_parts"] = dict(phases[0][f"{way}_parts"])
         r[f"first_{way}_s"] = phases[0][f"{way}_s"]

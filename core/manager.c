@@ -1063,7 +1063,7 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 			continue;
 		ds->ordinal = d;
 		ds->managed_bytes = atomic_load(&m->engine.device_bytes[d]);
-		r = checkpointed ? residue_free_outside(&m->residue, d, &ds->free_bytes,
+		r = checkpointed ? residue_free_outside(&m->residue, d, false, &ds->free_bytes,
 							&ds->total_bytes)
 				 : b->ops->mem_info(b, d, &ds->free_bytes, &ds->total_bytes);
 		if (r < 0)

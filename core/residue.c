@@ -333,7 +333,16 @@ static struct residue_request request(struct residue *r, enum residue_op op, int
 /* How long a read of free memory may take the helper. */
 #define FREE_TIMEOUT_S 10.0
 
-int residue_free_outside(struct residue *r, int device, uint64_t *ret_free, uint64_t *ret_total)
+/* What the helper read last: a read that does not ask it. */
+static int free_last(struct residue *r, int device, uint64_t *ret_free, uint64_t *ret_total)
+{
+	*ret_free = atomic_load(&r->outside_free[device]);
+	*ret_total = atomic_load(&r->outside_total[device]);
+	return *ret_total ? 0 : error_set(-EBUSY, "the residue helper is busy or not running");
+}
+
+int residue_free_outside(struct residue *r, int device, bool start, uint64_t *ret_free,
+			 uint64_t *ret_total)
 {
 	struct backend *b = r->backend;
 	struct residue_request req = request(r, RESIDUE_OP_FREE, 0);
@@ -345,11 +354,18 @@ int residue_free_outside(struct residue *r, int device, uint64_t *ret_free, uint
 	if (!atomic_load(&r->checkpointed) || req.driver != RESIDUE_DRIVER_CUDA)
 		return b->ops->free_outside ? b->ops->free_outside(b, device, ret_free, ret_total)
 					    : error_set(-ENOTSUP, "the backend cannot read it");
-	if (pthread_mutex_trylock(&r->io) != 0) {
-		/* a restore or checkpoint is under way: what was read last */
-		*ret_free = atomic_load(&r->outside_free[device]);
-		*ret_total = atomic_load(&r->outside_total[device]);
-		return *ret_total ? 0 : error_set(-EBUSY, "the residue helper is busy");
+	if (pthread_mutex_trylock(&r->io) != 0)
+		return free_last(r, device, ret_free, ret_total); /* a checkpoint or restore is under way */
+	if (!start) {
+		bool running;
+
+		pthread_mutex_lock(&r->lock);
+		running = r->helper_pid > 0;
+		pthread_mutex_unlock(&r->lock);
+		if (!running) {
+			pthread_mutex_unlock(&r->io);
+			return free_last(r, device, ret_free, ret_total);
+		}
 	}
 	req.device = device;
 	e = helper_call_held(r, &req, FREE_TIMEOUT_S, &rep);
@@ -374,7 +390,7 @@ static void free_read(struct residue *r, int devices, uint64_t free_bytes[DORMAN
 	for (int d = 0; d < devices && d < DORMANT_DEVICES_MAX; d++) {
 		uint64_t total;
 
-		known[d] = residue_free_outside(r, d, &free_bytes[d], &total) == 0;
+		known[d] = residue_free_outside(r, d, true, &free_bytes[d], &total) == 0;
 		if (!known[d])
 			free_bytes[d] = 0;
 	}

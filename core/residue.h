@@ -74,9 +74,12 @@ void residue_finish(struct residue *r);
  * checkpointed on the CUDA driver, read by the helper (a call into the
  * driver's libraries here, NVML's included, would wait for the restore);
  * else the backend's free_outside. A read while the helper is busy with
- * another request answers what the helper read last (-EBUSY if nothing).
+ * another request, or with no helper running and start false (a stats read
+ * does not start a process), answers what the helper read last (-EBUSY if
+ * nothing).
  */
-int residue_free_outside(struct residue *r, int device, uint64_t *ret_free, uint64_t *ret_total);
+int residue_free_outside(struct residue *r, int device, bool start, uint64_t *ret_free,
+			 uint64_t *ret_total);
 
 static inline bool residue_checkpointed(struct residue *r)
 {

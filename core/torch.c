@@ -88,12 +88,21 @@ DORMANT_EXPORT void dormant_torch_free(void *ptr, size_t size, int device, void 
 	 * may still use the segment: wait for the device here, as cudaFree()
 	 * would. (Segments go back rarely: on an out-of-memory retry, on
 	 * emptying a pool, when a pool is destroyed.)
+	 *
+	 * Not while the process is checkpointed (residue mode): nothing can be
+	 * queued then, and a driver call would crash in the driver, as
+	 * PyTorch's pools destroyed at interpreter exit did (issue 34). The
+	 * free itself waits for the restore (dormant_free()).
 	 */
 	b = m->backend;
-	if (device >= 0 && device < b->ops->device_count(b) && b->ops->synchronize(b, device) < 0)
-		log_write(&m->log, DORMANT_LOG_WARNING,
-			  "PyTorch free of %p: synchronizing device %d: %s", ptr, device,
-			  dormant_last_error());
+	if (residue_device_enter(&m->residue)) {
+		if (device >= 0 && device < b->ops->device_count(b) &&
+		    b->ops->synchronize(b, device) < 0)
+			log_write(&m->log, DORMANT_LOG_WARNING,
+				  "PyTorch free of %p: synchronizing device %d: %s", ptr, device,
+				  dormant_last_error());
+		residue_device_leave(&m->residue);
+	}
 	if (dormant_free(m, ptr) < 0)
 		log_write(&m->log, DORMANT_LOG_WARNING, "PyTorch free: %s", dormant_last_error());
 }

@@ -99,7 +99,19 @@ Test(residue, checkpoint_gives_the_residue_back_and_the_wake_restores_it)
 	cr_expect_str_eq(r.last_op, "restore");
 	cr_expect(holds(m, weights, 24 * MiB, 1), "kept bytes survive");
 	cr_expect(holds(m, grads, 16 * MiB, 0), "discarded bytes come back zero");
-	cr_expect_eq(device_free(m), free_awake, "the residue is back");
+	if (on_host(m)) {
+		cr_expect_eq(device_free(m), free_awake, "the residue is back");
+	} else {
+		/* the driver's restore lays the context out again: what it
+		 * holds may differ by a little, not by the residue */
+		uint64_t free_woke = device_free(m), slack = r.residue_bytes / 8;
+
+		cr_expect(free_woke + slack >= free_awake && free_woke <= free_awake + slack,
+			  "the residue is back: free %llu awake, %llu asleep, %llu woken "
+			  "(residue %llu)", (unsigned long long)free_awake,
+			  (unsigned long long)free_asleep, (unsigned long long)free_woke,
+			  (unsigned long long)r.residue_bytes);
+	}
 	cr_expect_eq(r.calls_while_checkpointed, 0);
 	/* cycles go on with the same helper */
 	for (int i = 0; i < 3; i++) {
@@ -184,10 +196,11 @@ Test(residue, nothing_reaches_the_device_while_checkpointed)
 {
 	struct dormant *m = checkpointing(NULL);
 	struct dormant_stats *s;
-	void *weights, *grads, *spare, *more = NULL;
+	void *weights, *grads, *spare, *torch_spare, *more = NULL;
 
 	trainer(m, &weights, &grads);
 	cr_assert_eq(dormant_alloc(m, "weights", 8 * MiB, &spare), 0);
+	cr_assert_eq(dormant_alloc(m, "weights", MiB, &torch_spare), 0);
 	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
 	cr_assert_eq(residue(m).state, DORMANT_RESIDUE_CHECKPOINTED);
 
@@ -206,12 +219,19 @@ Test(residue, nothing_reaches_the_device_while_checkpointed)
 	/* a free is taken now and done after the restore */
 	cr_expect_eq(dormant_free(m, spare), 0);
 	cr_expect_eq(residue(m).calls_while_checkpointed, 0);
+	/* PyTorch's too (a pool destroyed at interpreter exit): no
+	 * synchronize, which crashed in the CUDA driver */
+	cr_assert_eq(dormant_torch_set_manager(m), 0);
+	dormant_torch_free(torch_spare, MiB, 0, NULL);
+	cr_expect_eq(residue(m).calls_while_checkpointed, 0);
+	dormant_torch_set_manager(NULL);
 
 	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
 	cr_expect(holds(m, weights, 24 * MiB, 1));
 	cr_expect_eq(residue(m).calls_while_checkpointed, 0);
 	expect_no_device_leak(m); /* the freed range went back after the restore */
 	cr_expect_eq(dormant_free(m, spare), -EINVAL, "freed once");
+	cr_expect_eq(dormant_free(m, torch_spare), -EINVAL, "PyTorch's free was taken");
 	dormant_destroy(m);
 }
 

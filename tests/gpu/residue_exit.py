@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Residue mode checkpoint on the GPU (issue 34): one trainer-like process per
 scenario, that it ends cleanly asleep or awake, and what the checkpoint gives
-back. Run by scripts/gpu-residue; prints one line per scenario:
+back. Run by scripts/gpu-residue; prints one line per scenario (and FAIL with
+the child's last output where one did not end as it should); exits 1 then:
 
   python3 tests/gpu/residue_exit.py child SCENARIO   (one process)
   python3 tests/gpu/residue_exit.py                  (every scenario, each in a
@@ -35,6 +36,8 @@ def smi_mib(pid):
 
 
 def child(scenario):
+    import faulthandler
+    faulthandler.enable()   # a crash at exit says where
     import torch
     import dormant
     m = dormant.Manager(residue="checkpoint")
@@ -127,15 +130,34 @@ def run(scenario):
     result = found.get("result")
     print(f"{scenario}: rc {rc} in {end_s} s; GPU MiB left after it ended {left}; "
           f"{json.dumps(result)}", flush=True)
-    if result is None or not isinstance(rc, int):
-        print("".join(out[-25:]), flush=True)
-    return rc, result
+    want_rc = {"sigterm-asleep": -signal.SIGTERM, "sigkill-asleep": -signal.SIGKILL}.get(scenario, 0)
+    wrong = []
+    if rc != want_rc:
+        wrong.append(f"rc {rc}, not {want_rc}")
+    if left:
+        wrong.append(f"{left} MiB still held after it ended")
+    if result is None:
+        wrong.append("no result")
+    else:
+        if result.get("residue") != "checkpointed":
+            wrong.append(f"residue {result.get('residue')} asleep: {result.get('error')}")
+        for k in ("kept_ok", "grads_zero", "matmul_ok", "graph_ok"):
+            if k in result and result[k] is not True:
+                wrong.append(f"{k} false")
+        if result.get("calls_while_checkpointed"):
+            wrong.append("calls reached the device while checkpointed")
+    if wrong:
+        print(f"FAIL {scenario}: " + "; ".join(wrong), flush=True)
+        print("".join(out[-40:]), flush=True)
+    return not wrong
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "child":
         child(sys.argv[2])
     else:
+        ok = True
         for s in sys.argv[1:] or ["graph", "exit-awake", "exit-asleep", "sigterm-asleep",
                                   "sigkill-asleep"]:
-            run(s)
+            ok = run(s) and ok
+        sys.exit(0 if ok else 1)
