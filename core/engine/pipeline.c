@@ -2,6 +2,7 @@
 #include "pipeline.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "staging.h"
@@ -142,7 +143,7 @@ static int queue_copy(struct pipeline *p, struct xfer_item *it, size_t offset,
 }
 
 /* Queue one piece of an item's copy, direct or through a staging slot
- * (a disk copy's pieces on wake go through queue_disk_reads() instead). */
+ * (a disk copy's pieces on wake go through issue_disk_runs() instead). */
 static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 		       size_t host_offset, size_t length, bool last, bool kernel)
 {
@@ -173,122 +174,134 @@ static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
 }
 
 /*
- * A wake's disk reads, DISK_READS_AT_ONCE pieces at a time on the worker
- * threads, each into a staging slot of its own, while the copies of the
- * batch before run on the device (the other half of the slots): one read at a
- * time left a disk's queue nearly empty (issue 32: 1.14-1.20 GB/s where
- * torch_memory_saver read 1.57 on the H200's disk).
+ * A wake's disk reads: up to DISK_READS_AHEAD pieces read at once on the
+ * worker threads, each into a staging slot of its own, and a new read
+ * started as soon as a slot is free again, so the disk always has work
+ * queued; the thread that issues takes the reads back oldest first and
+ * queues each one's copy to the device. Reads in batches that waited for
+ * their slowest left the disk idle between them (issue 32).
  */
-#define DISK_READS_AT_ONCE (ENGINE_STAGING_SLOTS / 2)
+#define DISK_READS_AHEAD ENGINE_STAGING_SLOTS
 
-struct disk_piece {
-	size_t offset, host_offset, length;
-	bool last;
-};
+struct disk_reads;
 
 struct disk_read {
-	struct backend *backend;
+	struct disk_reads *owner;
 	struct diskfile *file;
 	void *buf;
 	size_t size;
 	uint64_t offset;
+	/* the piece of the item, its copy queued once read */
+	size_t dev_offset, host_offset, length;
+	bool last;
+	int slot;
+	bool done; /* under owner->lock */
 	int result;
 	char error[DORMANT_ERROR_MAX]; /* the worker thread's message */
 };
 
-static void disk_read_one(void *ctx, size_t i)
-{
-	struct disk_read *d = (struct disk_read *)ctx + i;
+/* The reads in flight, oldest first. */
+struct disk_reads {
+	struct backend *backend;
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+	struct disk_read ring[DISK_READS_AHEAD];
+	size_t head, count;
+};
 
-	d->result = diskfile_read(d->backend, d->file, d->buf, d->size, d->offset);
-	if (d->result < 0)
+static void disk_read_one(void *arg)
+{
+	struct disk_read *d = arg;
+	int r = diskfile_read(d->owner->backend, d->file, d->buf, d->size, d->offset);
+
+	if (r < 0)
 		snprintf(d->error, sizeof(d->error), "%s", dormant_last_error());
+	pthread_mutex_lock(&d->owner->lock);
+	d->result = r;
+	d->done = true;
+	pthread_cond_broadcast(&d->owner->done);
+	pthread_mutex_unlock(&d->owner->lock);
 }
 
-static int queue_disk_reads(struct pipeline *p, struct xfer_item *it,
-			    const struct disk_piece *pieces, size_t count)
+/* Take the oldest read back once it is done. */
+static struct disk_read disk_read_take(struct disk_reads *q)
 {
-	struct disk_read reads[DISK_READS_AT_ONCE];
-	int slots[DISK_READS_AT_ONCE];
-	size_t taken = 0;
-	int r = 0;
+	struct disk_read *d = &q->ring[q->head];
+	struct disk_read out;
 
-	assert(count <= DISK_READS_AT_ONCE);
-	for (; taken < count; taken++) {
-		int slot = free_slot(p);
-
-		if (slot < 0) {
-			r = slot;
-			goto err_free;
-		}
-		p->slot_busy[slot] = true;
-		slots[taken] = slot;
-		reads[taken] = (struct disk_read){
-			.backend = p->e->backend,
-			.file = &it->chunk->disk,
-			.buf = staging_slot(p->ed, slot),
-			.size = round_up(pieces[taken].length, DISKFILE_ALIGN),
-			.offset = pieces[taken].host_offset,
-		};
-	}
-	workers_parallel(p->e->workers, disk_read_one, reads, count);
-	for (size_t i = 0; i < count; i++)
-		if (reads[i].result < 0) {
-			r = error_prefix(error_set(reads[i].result, "%s", reads[i].error),
-					 "tag '%s'", it->owner.tag);
-			goto err_free;
-		}
-	for (size_t i = 0; i < count; i++) {
-		const struct disk_piece *pc = &pieces[i];
-
-		r = queue_copy(p, it, pc->offset, pc->host_offset, pc->length, pc->last, false,
-			       slots[i], staging_slot(p->ed, slots[i]));
-		if (r < 0) {
-			/* queue_copy() freed slot i; the ones after it never queued */
-			for (size_t k = i + 1; k < count; k++)
-				p->slot_busy[slots[k]] = false;
-			return r;
-		}
-	}
-	return 0;
-
-err_free:
-	for (size_t i = 0; i < taken; i++)
-		p->slot_busy[slots[i]] = false;
-	return r;
+	pthread_mutex_lock(&q->lock);
+	while (!d->done)
+		pthread_cond_wait(&q->done, &q->lock);
+	pthread_mutex_unlock(&q->lock);
+	out = *d;
+	q->head = (q->head + 1) % DISK_READS_AHEAD;
+	q->count--;
+	return out;
 }
 
-/* A wake's disk copy of an item: its runs in pieces of at most piece bytes,
- * read DISK_READS_AT_ONCE at a time. */
+/* A wake's disk copy of an item: its runs in pieces of at most piece bytes. */
 static int issue_disk_runs(struct pipeline *p, struct xfer_item *it, size_t piece)
 {
 	const struct copy_plan *plan = &it->chunk->plan;
-	struct disk_piece batch[DISK_READS_AT_ONCE];
-	size_t n = 0;
-	int r;
+	struct disk_reads q = { .backend = p->e->backend };
+	size_t run = 0, done = 0;
+	int r = 0;
 
-	for (size_t i = 0; i < plan->count; i++) {
-		const struct copy_run *run = &plan->runs[i];
+	pthread_mutex_init(&q.lock, NULL);
+	pthread_cond_init(&q.done, NULL);
+	for (;;) {
+		struct disk_read d;
 
-		for (size_t done = 0; done < run->size;) {
-			size_t len = MIN(run->size - done, piece);
+		/* start reads while pieces and slots are left */
+		while (r == 0 && run < plan->count && q.count < DISK_READS_AHEAD) {
+			const struct copy_run *cr = &plan->runs[run];
+			size_t len = MIN(cr->size - done, piece);
+			struct disk_read *n = &q.ring[(q.head + q.count) % DISK_READS_AHEAD];
+			int slot = free_slot(p);
 
-			batch[n++] = (struct disk_piece){
-				.offset = run->offset + done,
-				.host_offset = run->host_offset + done,
-				.length = len,
-				.last = i + 1 == plan->count && done + len == run->size,
-			};
-			done += len;
-			if (n == DISK_READS_AT_ONCE) {
-				r = queue_disk_reads(p, it, batch, n);
-				if (r < 0)
-					return r;
-				n = 0;
+			if (slot < 0) {
+				r = slot;
+				break;
 			}
+			p->slot_busy[slot] = true;
+			*n = (struct disk_read){
+				.owner = &q,
+				.file = &it->chunk->disk,
+				.buf = staging_slot(p->ed, slot),
+				.size = round_up(len, DISKFILE_ALIGN),
+				.offset = cr->host_offset + done,
+				.dev_offset = cr->offset + done,
+				.host_offset = cr->host_offset + done,
+				.length = len,
+				.last = run + 1 == plan->count && done + len == cr->size,
+				.slot = slot,
+			};
+			q.count++;
+			done += len;
+			if (done == cr->size) {
+				run++;
+				done = 0;
+			}
+			workers_submit(p->e->workers, disk_read_one, n);
 		}
+		if (q.count == 0)
+			break;
+		/* after a failure only wait for the rest: they write into slots */
+		d = disk_read_take(&q);
+		if (r == 0 && d.result < 0)
+			r = error_prefix(error_set(d.result, "%s", d.error), "tag '%s'",
+					 it->owner.tag);
+		if (r < 0) {
+			p->slot_busy[d.slot] = false;
+			continue;
+		}
+		/* queue_copy() frees the slot when it fails */
+		r = queue_copy(p, it, d.dev_offset, d.host_offset, d.length, d.last, false, d.slot,
+			       staging_slot(p->ed, d.slot));
 	}
-	return n ? queue_disk_reads(p, it, batch, n) : 0;
+	pthread_cond_destroy(&q.done);
+	pthread_mutex_destroy(&q.lock);
+	return r;
 }
 
 /* Close the open segment of a wake's probe: wait for its copies, then time

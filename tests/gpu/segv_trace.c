@@ -13,6 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
+static void say(const char *line)
+{
+	if (write(2, line, strlen(line)) < 0)
+		return; /* nowhere else to say it */
+}
+
 static void on_signal(int sig, siginfo_t *si, void *uc)
 {
 	void *frames[64];
@@ -22,7 +28,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 	(void)uc;
 	snprintf(line, sizeof(line), "segv_trace: signal %d at address %p, %d frames\n", sig,
 		 si->si_addr, n);
-	write(2, line, strlen(line));
+	say(line);
 	for (int i = 0; i < n; i++) {
 		Dl_info info = { 0 };
 
@@ -31,7 +37,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 			 info.dli_fname ? info.dli_fname : "?", info.dli_sname ? info.dli_sname : "",
 			 info.dli_sname ? (unsigned long)((char *)frames[i] - (char *)info.dli_saddr)
 					: (unsigned long)((char *)frames[i] - (char *)info.dli_fbase));
-		write(2, line, strlen(line));
+		say(line);
 	}
 	signal(sig, SIG_DFL);
 	raise(sig);

@@ -836,6 +836,74 @@ static void scenario_http(void)
 	dormant_destroy(m);
 }
 
+/* ---- disk: a wake's reads streamed on the workers, on two devices at once - */
+
+static void scenario_disk(void)
+{
+	static const char *const cold[] = { "cold", NULL };
+	char dir[256], options[512];
+	struct crowd c = { 0 };
+	pthread_t reader;
+	void *w[2] = { 0 };
+
+	snprintf(dir, sizeof(dir), "%s/dormant-tsan-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(dir)) {
+		fail("mkdtemp: %s", strerror(errno));
+		return;
+	}
+	/* 1 MiB pieces through 2 MiB slots: each chunk's wake keeps several
+	 * reads in flight, and both devices read at once */
+	snprintf(options, sizeof(options),
+		 "backend=host,host_mode=release,chunk_bytes=4MiB,staging_bytes=8MiB,"
+		 "copy_threads=3,host_devices=2,host_device_bytes=64MiB,disk_chunk_bytes=1MiB,"
+		 "disk_dir=%s",
+		 dir);
+	if (manager_from(options, &c.m) < 0) {
+		rmdir(dir);
+		return;
+	}
+	dormant_set_policy(c.m, "cold", DORMANT_DISK);
+	for (int d = 0; d < 2 && !failed(); d++) {
+		unsigned char *buf = malloc(9 * MiB);
+
+		if (!buf) {
+			fail("out of memory");
+			break;
+		}
+		for (size_t i = 0; i < 9 * MiB; i++)
+			buf[i] = pattern_byte(i, 70 + (unsigned)d);
+		if (dormant_alloc_on(c.m, "cold", 9 * MiB, d, &w[d]) < 0 ||
+		    dormant_copy_to_device(c.m, w[d], buf, 9 * MiB) < 0)
+			fail("device %d: %s", d, dormant_last_error());
+		free(buf);
+	}
+	c.victim_next = 16; /* no freer here */
+	pthread_create(&reader, NULL, fault_reader, &c);
+	cycle(c.m, cold, 6);
+	/* a read that fails mid-stream: the wake fails, the copies stay */
+	for (unsigned n = 1; n <= 6 && !failed(); n++) {
+		int r;
+
+		while ((r = dormant_sleep(c.m, cold, NULL)) == -EBUSY)
+			pause_us(100);
+		if (r < 0)
+			fail("sleep: %s", dormant_last_error());
+		dormant_debug_inject_fault(c.m, DORMANT_FAULT_DISK, n, -EIO, false);
+		r = dormant_wake(c.m, cold, NULL);
+		dormant_debug_inject_fault(c.m, DORMANT_FAULT_DISK, 0, 0, false);
+		if (r < 0 && dormant_wake(c.m, cold, NULL) < 0)
+			fail("wake after a failed read %u: %s", n, dormant_last_error());
+	}
+	atomic_store(&c.stop, true);
+	pthread_join(reader, NULL);
+	for (int d = 0; d < 2; d++)
+		if (w[d] && !holds(c.m, w[d], 9 * MiB, 70 + (unsigned)d))
+			fail("device %d's disk copy came back changed", d);
+	dormant_destroy(c.m);
+	rmdir(dir);
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static const struct {
@@ -851,6 +919,7 @@ static const struct {
 	{ "warmup", scenario_warmup },
 	{ "faults", scenario_faults },
 	{ "devices", scenario_devices },
+	{ "disk", scenario_disk },
 	{ "http", scenario_http },
 };
 
