@@ -732,7 +732,9 @@ def run_trainer(args, overlap, ceiling, out, checks):
             row["sleep_bytes"] = rep["bytes_copied"]
             row["sleep_parts"] = part_row(rep)
             apps = gpu_apps()
-            row["trainer_asleep_mib"] = apps.get(trainer.pid) if apps else None
+            # not listed while nvidia-smi lists others (the rollout, at
+            # least): it holds nothing (its residue checkpointed)
+            row["trainer_asleep_mib"] = apps.get(trainer.pid, 0) if apps else None
             row["rollout_idle_mib"] = apps.get(rollout.pid) if apps and rollout.pid else None
             try:
                 trainer.send("memory")
