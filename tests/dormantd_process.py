@@ -5,6 +5,7 @@ socket, its output kept in a log file, stopped with SIGTERM."""
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import time
 
@@ -39,7 +40,8 @@ class Dormantd:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"dormantd exited ({self.proc.returncode}): {self.output()}")
             if self.unix_path:
-                if os.path.exists(self.unix_path):
+                # the path exists from bind(); connect() works from listen()
+                if os.path.exists(self.unix_path) and self._unix_accepts():
                     return
             elif self.port_file.exists():
                 text = self.port_file.read_text().strip()
@@ -49,6 +51,16 @@ class Dormantd:
             time.sleep(0.02)
         self.stop()
         raise RuntimeError("dormantd did not start listening")
+
+    def _unix_accepts(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(self.unix_path)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     def output(self):
         """Everything dormantd printed so far."""
