@@ -161,9 +161,11 @@ const char *api_result_name(int result);
  * when every tag is in it (a manager with no tag is awake), else "mixed". */
 const char *api_manager_state(const struct dormant_stats *stats);
 
-/* The report document of a transition; NULL when out of memory. */
-json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep,
-			const char *state);
+/* The report document of a transition, its "residue" object (mode, state,
+ * action: "checkpoint", "restore" or "none", result, seconds, error) and
+ * "state" (of every tag after it: "awake", "asleep" or "mixed") included;
+ * NULL when out of memory. */
+json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep);
 
 /* The stats document; extra (stolen, may be NULL) becomes its "extra". NULL
  * when out of memory. */
@@ -172,13 +174,6 @@ json_t *api_stats_to_json(const struct dormant_stats *stats, json_t *extra);
 /* The residue object of the stats document (struct dormant_residue_stats);
  * NULL when out of memory. */
 json_t *api_residue_json(const struct dormant_residue_stats *r);
-
-/* What a transition did with the residue, from the residue stats before and
- * after it: the report's "residue" object (mode, state, action: "checkpoint",
- * "restore" or "none", result, seconds, error). NULL when out of memory. */
-json_t *api_residue_action_json(const struct dormant_residue_stats *before,
-				const struct dormant_residue_stats *after);
-
 
 /* ---- transitions (transition.c) ------------------------------------------ */
 

@@ -184,19 +184,18 @@ json_t *api_residue_json(const struct dormant_residue_stats *r)
 			 "calls_while_checkpointed", count_json(r->calls_while_checkpointed));
 }
 
-json_t *api_residue_action_json(const struct dormant_residue_stats *before,
-				const struct dormant_residue_stats *after)
+/* What one transition did with the residue: the report's "residue". */
+static json_t *residue_step_json(const struct dormant_residue_step *step)
 {
-	bool acted = after->last_seq != before->last_seq;
+	bool acted = step->op[0] != '\0';
 
 	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}",
-			 "mode", dormant_residue_mode_name(after->mode),
-			 "state", dormant_residue_state_name(after->state),
-			 "action", acted ? after->last_op : "none",
-			 "result", api_result_name(acted ? after->last_result : 0),
-			 "seconds", api_number(acted ? after->last_seconds : 0, API_SECONDS),
-			 "error", acted ? text(after->last_error, sizeof(after->last_error))
-					: json_string(""));
+			 "mode", dormant_residue_mode_name(step->mode),
+			 "state", dormant_residue_state_name(step->state),
+			 "action", acted ? step->op : "none",
+			 "result", api_result_name(acted ? step->result : 0),
+			 "seconds", api_number(acted ? step->seconds : 0, API_SECONDS),
+			 "error", text(step->error, sizeof(step->error)));
 }
 
 /* What copied a wake to the device (struct dormant_wake_copy). */
@@ -232,8 +231,11 @@ static json_t *tag_change_json(const struct dormant_tag_change *c)
 			      c->bytes_unchanged, c->chunks_verified, c->chunk_mismatches);
 }
 
-json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, const char *state)
+json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep)
 {
+	const char *state = rep->tags_asleep == 0 ? "awake"
+			    : rep->tags_awake == 0 ? "asleep"
+						   : "mixed";
 	json_t *report, *tags;
 	bool changed = false;
 
@@ -267,6 +269,7 @@ json_t *api_report_json(enum api_kind kind, const struct dormant_report *rep, co
 	if (!report)
 		return NULL;
 	if (json_object_set_new(report, "times", times_json(&rep->times)) < 0 ||
+	    json_object_set_new(report, "residue", residue_step_json(&rep->residue)) < 0 ||
 	    (kind == API_WAKE &&
 	     json_object_set_new(report, "wake_copy", wake_copy_json(&rep->wake_copy)) < 0)) {
 		json_decref(report);

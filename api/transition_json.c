@@ -14,49 +14,36 @@
 int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
 		       enum dormant_residue_mode residue, json_t **ret_report)
 {
-	struct dormant_residue_stats residue_before, residue_after;
 	char error[DORMANT_ERROR_MAX];
 	struct dormant_report *rep;
-	struct dormant_stats *stats;
-	const char *state = "mixed";
 	double call_s;
 	int r;
 
-	/* both are large: keep them off the server thread's stack */
+	/* large: keep it off the server thread's stack */
 	rep = calloc(1, sizeof(*rep));
-	stats = malloc(sizeof(*stats));
-	if (!rep || !stats) {
-		free(rep);
-		free(stats);
+	if (!rep) {
 		*ret_report = NULL;
 		return error_set(-ENOMEM, "out of host memory");
 	}
-	dormant_residue_stats_get(m, &residue_before);
 	call_s = now_monotonic_s();
 	r = kind == API_SLEEP ? dormant_sleep_residue(m, tags, residue, rep)
 			      : dormant_wake(m, tags, rep);
 	call_s = now_monotonic_s() - call_s;
-	dormant_residue_stats_get(m, &residue_after);
 	if (r < 0 && rep->result == 0) {
 		/* failed before the manager wrote the report (argument checks) */
 		rep->result = r;
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
 	}
 	snprintf(error, sizeof(error), "%s", rep->error);
-	if (dormant_stats_get(m, stats) == 0)
-		state = api_manager_state(stats);
-	*ret_report = api_report_json(kind, rep, state);
+	*ret_report = api_report_json(kind, rep);
 	/* the after-sleep and after-wake hooks (dormantd's check of what came
 	 * back) run once duration_s is measured, before the answer: their part */
 	if (*ret_report &&
-	    (json_object_set_new(*ret_report, "residue",
-				 api_residue_action_json(&residue_before, &residue_after)) < 0 ||
-	     json_object_set_new(*ret_report, "after_hooks_s",
-				 api_number(MAX(call_s - rep->duration_s, 0.0), API_SECONDS)) < 0)) {
+	    json_object_set_new(*ret_report, "after_hooks_s",
+				api_number(MAX(call_s - rep->duration_s, 0.0), API_SECONDS)) < 0) {
 		json_decref(*ret_report);
 		*ret_report = NULL;
 	}
-	free(stats);
 	free(rep);
 	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
 		error_set(r, "%s", error);

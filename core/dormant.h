@@ -460,6 +460,33 @@ struct dormant_wake_copy {
 	double kernel_gbps;    /* auto: the copy kernel's last measured rate */
 };
 
+/* Residue mode (see "Residue" below): the option, and where the process's
+ * device state outside every tag is. */
+enum dormant_residue_mode {
+	DORMANT_RESIDUE_DEFAULT = 0, /* dormant_sleep_residue(): the manager's */
+	DORMANT_RESIDUE_KEEP,
+	DORMANT_RESIDUE_CHECKPOINT,
+};
+
+enum dormant_residue_state {
+	DORMANT_RESIDUE_RESIDENT = 0, /* on the devices (awake, or not checkpointed) */
+	DORMANT_RESIDUE_CHECKPOINTED, /* in host memory: the devices hold nothing */
+	DORMANT_RESIDUE_UNAVAILABLE,  /* the driver cannot: see reason */
+	DORMANT_RESIDUE_STUCK,        /* a restore failed for good: see reason */
+};
+
+/* What one sleep or wake did with the residue: a sleep that left every tag
+ * asleep in residue mode checkpoint checkpoints it, a wake restores it first
+ * (or a wake's room check refuses the restore: op "restore", -ENOMEM). */
+struct dormant_residue_step {
+	enum dormant_residue_mode mode;   /* the manager's, or the sleep's own */
+	enum dormant_residue_state state; /* after the call */
+	char op[16];                      /* "checkpoint", "restore" or "" (none) */
+	int result;                       /* 0 or a negative errno */
+	double seconds;
+	char error[DORMANT_ERROR_MAX];    /* empty on success */
+};
+
 /* The outcome of dormant_sleep() or dormant_wake(), filled in on success and
  * on failure. */
 struct dormant_report {
@@ -480,6 +507,10 @@ struct dormant_report {
 	uint64_t chunk_mismatches;
 	struct dormant_transition_times times;
 	struct dormant_wake_copy wake_copy;
+	struct dormant_residue_step residue;
+	/* every tag of the manager once the call ended, not only the ones
+	 * named: how many are awake and how many asleep */
+	size_t tags_awake, tags_asleep;
 };
 
 /*
@@ -756,21 +787,10 @@ DORMANT_EXPORT int dormant_warm_up(struct dormant *m);
  * driver refuses every later one: the state is then "stuck" and only ending
  * the process frees its device memory. Where the driver has no process
  * checkpoint, or refuses this process, the state is "unavailable" with the
- * reason, and sleeps keep the residue.
+ * reason, and sleeps keep the residue. (The mode and state enums, and what
+ * one transition did with the residue, struct dormant_residue_step, are
+ * above, with struct dormant_report.)
  */
-enum dormant_residue_mode {
-	DORMANT_RESIDUE_DEFAULT = 0, /* dormant_sleep_residue(): the manager's */
-	DORMANT_RESIDUE_KEEP,
-	DORMANT_RESIDUE_CHECKPOINT,
-};
-
-enum dormant_residue_state {
-	DORMANT_RESIDUE_RESIDENT = 0, /* on the devices (awake, or not checkpointed) */
-	DORMANT_RESIDUE_CHECKPOINTED, /* in host memory: the devices hold nothing */
-	DORMANT_RESIDUE_UNAVAILABLE,  /* the driver cannot: see reason */
-	DORMANT_RESIDUE_STUCK,        /* a restore failed for good: see reason */
-};
-
 struct dormant_residue_stats {
 	enum dormant_residue_mode mode;   /* the manager's (never DEFAULT) */
 	enum dormant_residue_state state;
@@ -801,8 +821,8 @@ DORMANT_EXPORT int dormant_residue_stats_get(struct dormant *m, struct dormant_r
 /*
  * As dormant_sleep(), with the residue handled as mode says for this sleep
  * only (DORMANT_RESIDUE_DEFAULT: the manager's option). -EINVAL for another
- * mode. A sleep's report says nothing of the residue: what its checkpoint
- * did is in dormant_residue_stats_get()'s last_op and last_result.
+ * mode. The report's residue part says what its checkpoint did, as
+ * dormant_residue_stats_get()'s last_op and last_result do.
  */
 DORMANT_EXPORT int dormant_sleep_residue(struct dormant *m, const char *const *tags,
 					 enum dormant_residue_mode mode,

@@ -8,6 +8,7 @@
  * while the memory is asleep waits for the wake (and its hooks).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "manager.h"
@@ -161,20 +162,37 @@ DORMANT_EXPORT int dormant_hook_set_error(const char *message)
 	return 0;
 }
 
-int hooks_run(struct dormant *m, enum dormant_hook_point point)
+/* What a hook's failure does at each point: the failed transition's words. */
+static const char *const hook_failure[] = {
+	[DORMANT_HOOK_BEFORE_SLEEP] = "a before-sleep hook cancelled the sleep",
+	[DORMANT_HOOK_BEFORE_WAKE] = "a before-wake hook cancelled the wake",
+	[DORMANT_HOOK_AFTER_COPIES] = "an after-copies hook failed",
+	[DORMANT_HOOK_BEFORE_REBUILD] = "a before-rebuild hook failed",
+};
+
+int hooks_run(struct dormant *m, enum dormant_hook_point point, double *seconds)
 {
+	const char *failure = (size_t)point < ARRAY_SIZE(hook_failure) ? hook_failure[point] : NULL;
+	double start = now_monotonic_s();
 	struct hook hooks[HOOKS_MAX];
+	char why[DORMANT_ERROR_MAX];
 	size_t count = 0;
+	int r = 0;
 
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->hook_count; i++)
 		if (m->hooks[i].point == point)
 			hooks[count++] = m->hooks[i];
 	pthread_mutex_unlock(&m->lock);
-	for (size_t i = 0; i < count; i++) {
-		int r = hooks[i].fn(m, point, hooks[i].userdata);
-		if (r != 0)
-			return r;
-	}
-	return 0;
+	if (failure)
+		error_clear(); /* what a failing hook says (dormant_hook_set_error()) */
+	for (size_t i = 0; i < count && r == 0; i++)
+		r = hooks[i].fn(m, point, hooks[i].userdata);
+	if (seconds)
+		*seconds += now_monotonic_s() - start;
+	if (r == 0 || !failure)
+		return r;
+	snprintf(why, sizeof(why), "%s", dormant_last_error());
+	return error_set(-ECANCELED, "%s (it returned %d)%s%s", failure, r, why[0] ? ": " : "",
+			 why);
 }

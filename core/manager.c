@@ -275,6 +275,7 @@ static void torch_forget(struct dormant *m)
 DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 {
 	static const uint64_t nothing[DORMANT_DEVICES_MAX];
+	struct dormant_residue_step step = { 0 };
 
 	if (!m)
 		return;
@@ -284,7 +285,7 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 	 * it cannot come back (stuck), nothing of the device is touched: its
 	 * memory goes with the process. */
 	if (residue_checkpointed(&m->residue) &&
-	    residue_restore(&m->residue, m->device_count, nothing) < 0) {
+	    residue_restore(&m->residue, m->device_count, nothing, &step) < 0) {
 		log_write(&m->log, DORMANT_LOG_ERROR,
 			  "dormant_destroy: the device state stays checkpointed (%s): device "
 			  "memory is left to the process's end",

@@ -130,6 +130,7 @@ static int helper_start(struct residue *r)
 	sigset_t none, all;
 	char path[PATH_MAX];
 	char *argv[] = { (char *)helper_name, NULL };
+	char tracer[160] = "";
 	int sv[2], child, e;
 	pid_t pid;
 
@@ -169,13 +170,15 @@ static int helper_start(struct residue *r)
 	 * helper is this process's own program and acts on it alone; without
 	 * Yama there is nothing to set (EINVAL). */
 	if (prctl(PR_SET_PTRACER, (unsigned long)pid, 0, 0, 0) < 0 && errno != EINVAL)
-		log_write(&r->log, DORMANT_LOG_WARNING,
-			  "residue: cannot name the helper as this process's tracer: %s",
-			  strerror(errno));
+		snprintf(tracer, sizeof(tracer), "; cannot name it this process's tracer: %s",
+			 strerror(errno));
 	r->helper_pid = pid;
 	r->helper_fd = sv[0];
 	r->helper_starts++;
-	log_write(&r->log, DORMANT_LOG_INFO, "residue: helper %s started (pid %d)", path, (int)pid);
+	/* one line for each start: a second one says the first had died */
+	log_write(&r->log, tracer[0] ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO,
+		  "residue: helper %s started (pid %d, start %llu)%s", path, (int)pid,
+		  (unsigned long long)r->helper_starts, tracer);
 	return 0;
 }
 
@@ -213,10 +216,9 @@ static int helper_exchange(struct residue *r, const struct residue_request *req,
 		pthread_mutex_lock(&r->lock);
 		helper_reap(r, true);
 		pthread_mutex_unlock(&r->lock);
+		/* it had died: the next start is logged */
 		if (attempt > 0 || (e != EPIPE && e != ECONNRESET && e != ENOTCONN))
 			return error_set(-e, "the residue helper takes no request: %s", strerror(e));
-		log_write(&r->log, DORMANT_LOG_WARNING,
-			  "residue: the helper had died; starting another");
 	}
 	pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
 	do
@@ -255,11 +257,9 @@ static int helper_call_held(struct residue *r, const struct residue_request *req
 	r->helper_busy = true;
 	pthread_mutex_unlock(&r->lock);
 	e = helper_exchange(r, req, timeout_s, rep);
-	if (e == -EPIPE && req->op == RESIDUE_OP_RESTORE) {
-		log_write(&r->log, DORMANT_LOG_WARNING,
-			  "residue: the helper died during the restore; asking another");
+	/* the helper died during a restore: ask another (its start is logged) */
+	if (e == -EPIPE && req->op == RESIDUE_OP_RESTORE)
 		e = helper_exchange(r, req, timeout_s, rep);
-	}
 	pthread_mutex_lock(&r->lock);
 	r->helper_busy = false;
 	pthread_mutex_unlock(&r->lock);
@@ -396,14 +396,20 @@ static void free_read(struct residue *r, int devices, uint64_t free_bytes[DORMAN
 	}
 }
 
-static void record(struct residue *r, const char *op, int result, double seconds,
-		   const char *message)
+/* The outcome of a checkpoint or restore, into the stats and the
+ * transition's step. With r->lock. */
+static void record(struct residue *r, struct dormant_residue_step *step, const char *op,
+		   int result, double seconds, const char *message)
 {
 	snprintf(r->last_op, sizeof(r->last_op), "%s", op);
 	r->last_seq++;
 	r->last_result = result;
 	r->last_seconds = seconds;
 	snprintf(r->last_error, sizeof(r->last_error), "%s", result < 0 ? message : "");
+	memcpy(step->op, r->last_op, sizeof(step->op));
+	step->result = result;
+	step->seconds = seconds;
+	memcpy(step->error, r->last_error, sizeof(step->error));
 }
 
 static struct residue_request request(struct residue *r, enum residue_op op, int fault)
@@ -418,7 +424,7 @@ static struct residue_request request(struct residue *r, enum residue_op op, int
 	};
 }
 
-int residue_checkpoint(struct residue *r, int devices)
+int residue_checkpoint(struct residue *r, int devices, struct dormant_residue_step *step)
 {
 	uint64_t before[DORMANT_DEVICES_MAX] = { 0 }, after[DORMANT_DEVICES_MAX] = { 0 };
 	bool known_before[DORMANT_DEVICES_MAX] = { 0 }, known_after[DORMANT_DEVICES_MAX] = { 0 };
@@ -454,24 +460,20 @@ int residue_checkpoint(struct residue *r, int devices)
 		pthread_mutex_lock(&r->lock);
 		r->state = DORMANT_RESIDUE_CHECKPOINTED;
 		r->checkpoint_failures++;
-		record(r, "checkpoint", e, seconds, message);
+		record(r, step, "checkpoint", e, seconds, message);
 		pthread_mutex_unlock(&r->lock);
-		log_write(&r->log, DORMANT_LOG_ERROR, "residue: checkpoint: %s", message);
 		return error_set(e, "%s", message);
 	}
 	if (rep.result < 0) {
 		freeze(r, false);
 		pthread_mutex_lock(&r->lock);
 		r->checkpoint_failures++;
-		record(r, "checkpoint", rep.result, seconds, rep.message);
+		record(r, step, "checkpoint", rep.result, seconds, rep.message);
 		if (rep.result == -ENOTSUP) {
 			r->state = DORMANT_RESIDUE_UNAVAILABLE;
 			snprintf(r->reason, sizeof(r->reason), "%s", rep.message);
 		}
 		pthread_mutex_unlock(&r->lock);
-		log_write(&r->log, rep.result == -ENOTSUP ? DORMANT_LOG_WARNING : DORMANT_LOG_ERROR,
-			  "residue: %s: %s", rep.result == -ENOTSUP ? "unavailable" : "checkpoint failed",
-			  rep.message);
 		return error_set(rep.result, "%s", rep.message);
 	}
 	if (r->backend->ops->residue_checkpointed)
@@ -485,12 +487,13 @@ int residue_checkpoint(struct residue *r, int devices)
 		r->residue_bytes[d] = known_before[d] && known_after[d] && after[d] > before[d]
 					      ? after[d] - before[d]
 					      : 0;
-	record(r, "checkpoint", 0, seconds, "");
+	record(r, step, "checkpoint", 0, seconds, "");
 	pthread_mutex_unlock(&r->lock);
 	return 0;
 }
 
-int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_DEVICES_MAX])
+int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_DEVICES_MAX],
+		    struct dormant_residue_step *step)
 {
 	uint64_t free_bytes[DORMANT_DEVICES_MAX] = { 0 };
 	bool known[DORMANT_DEVICES_MAX] = { 0 };
@@ -523,7 +526,7 @@ int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_
 			 d, free_bytes[d] / 1073741824.0, r->residue_bytes[d] / 1073741824.0,
 			 need[d] / 1073741824.0, want / 1073741824.0);
 		pthread_mutex_lock(&r->lock);
-		record(r, "restore", -ENOMEM, 0, message);
+		record(r, step, "restore", -ENOMEM, 0, message);
 		pthread_mutex_unlock(&r->lock);
 		return error_set(-ENOMEM, "%s", message);
 	}
@@ -538,7 +541,7 @@ int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_
 		r->state = DORMANT_RESIDUE_RESIDENT;
 		r->restores++;
 		r->restore_s_total += seconds;
-		record(r, "restore", 0, seconds, "");
+		record(r, step, "restore", 0, seconds, "");
 		pthread_mutex_unlock(&r->lock);
 		return 0;
 	}
@@ -563,10 +566,18 @@ int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_
 			 rep.message);
 		e = rep.result;
 	}
-	record(r, "restore", e, seconds, message);
+	record(r, step, "restore", e, seconds, message);
 	pthread_mutex_unlock(&r->lock);
-	log_write(&r->log, DORMANT_LOG_ERROR, "residue: %s", message);
 	return error_set(e, "%s", message);
+}
+
+void residue_step_finish(struct residue *r, struct dormant_residue_step *step)
+{
+	if (step->mode == DORMANT_RESIDUE_DEFAULT)
+		step->mode = r->mode;
+	pthread_mutex_lock(&r->lock);
+	step->state = r->state;
+	pthread_mutex_unlock(&r->lock);
 }
 
 void residue_stats_get(struct residue *r, struct dormant_residue_stats *ret)

@@ -92,9 +92,12 @@ static inline bool residue_checkpointed(struct residue *r)
  * nothing else touching a device. Returns 0 when checkpointed, else the
  * failure (the residue stays resident and stats say why: the sleep that
  * called it still succeeds); -ENOTSUP also marks the mode unavailable for
- * good.
+ * good. What it tried goes into *step (op, result, seconds, error) as into
+ * the stats; a call that tries nothing (checkpointed already, unavailable)
+ * leaves it alone. It logs nothing of it (it logs its helper's starts
+ * only): its caller says what happened.
  */
-int residue_checkpoint(struct residue *r, int devices);
+int residue_checkpoint(struct residue *r, int devices, struct dormant_residue_step *step);
 
 /*
  * Restore the process's device state, if checkpointed, after checking that
@@ -102,9 +105,15 @@ int residue_checkpoint(struct residue *r, int devices);
  * maps there). Returns 0 (also when there was nothing to restore); -ENOMEM
  * when a device lacks room (nothing tried) or the driver ran out (then the
  * state is stuck); -EIO or another errno with the driver's message when it
- * failed and a later call may try again; -EPERM once stuck.
+ * failed and a later call may try again; -EPERM once stuck. What it tried
+ * goes into *step, as residue_checkpoint() says.
  */
-int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_DEVICES_MAX]);
+int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_DEVICES_MAX],
+		    struct dormant_residue_step *step);
+
+/* A transition's last word on the residue: the manager's mode where the step
+ * names none, and the state now. */
+void residue_step_finish(struct residue *r, struct dormant_residue_step *step);
 
 /* Bracket a device call made outside a transition: false (nothing held)
  * while the process is checkpointed. */

@@ -17,6 +17,13 @@
  * the process's device state; a wake starts, before its before-wake hooks,
  * with the restore. A checkpoint that fails leaves the sleep done; a restore
  * that fails fails the wake, with nothing moved.
+ *
+ * transition() reads as its steps: transition_start() under the lock, the
+ * guard, transition_move() (the restore, the hooks, the engine's copies,
+ * settle(), the after-hooks) and transition_end() (the checkpoint, the gate,
+ * the warm-up, one line of log). Everything it learned goes into the report,
+ * the residue's part and the tags' states included. The modules below it
+ * (residue, guard, engine) report; this file logs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,8 +43,15 @@ struct transition {
 	size_t item_count;
 	struct xfer_totals totals;
 	struct dormant_report *report;
+	struct tag *named[DORMANT_TAGS_MAX]; /* report->tags[i]'s tag (tags stay) */
 	bool copies_done;                   /* sleep: past engine_sleep() */
 	double warmup_wait_s;               /* waiting for a warm-up to stop */
+	double start;                       /* now_monotonic_s() at the call */
+	bool running;                       /* it holds transition_running */
+	bool guard_failed;                  /* sleep: steps did not leave in time */
+	bool settled;                       /* settle() ran */
+	/* a rolled-back sleep's rebuild that failed too: logged at the end */
+	char rebuild_error[DORMANT_ERROR_MAX];
 };
 
 static const char *kind(const struct transition *t)
@@ -76,6 +90,7 @@ static int select_tags(struct dormant *m, const char *const *names, struct trans
 	for (size_t i = 0; i < count; i++) {
 		struct dormant_tag_change *change = &rep->tags[i];
 
+		t->named[i] = picked[i];
 		memcpy(change->tag, picked[i]->name, sizeof(change->tag));
 		change->policy = picked[i]->policy;
 		change->before = change->after = picked[i]->state;
@@ -259,28 +274,6 @@ static void times_add(struct dormant_transition_times *sum,
 	sum->warmup_wait_s += t->warmup_wait_s;
 }
 
-/* Run the hooks of AFTER_COPIES or BEFORE_REBUILD, timed into comms_s; a
- * hook that fails makes -ECANCELED with its reason (dormant_hook_set_error())
- * when it gave one. */
-static int run_comms_hooks(struct dormant *m, struct transition *t)
-{
-	enum dormant_hook_point point =
-		t->sleep ? DORMANT_HOOK_AFTER_COPIES : DORMANT_HOOK_BEFORE_REBUILD;
-	const char *where = t->sleep ? "an after-copies hook" : "a before-rebuild hook";
-	double start = now_monotonic_s();
-	char why[DORMANT_ERROR_MAX];
-	int r;
-
-	error_clear();
-	r = hooks_run(m, point);
-	t->totals.times.comms_s += now_monotonic_s() - start;
-	if (r == 0)
-		return 0;
-	snprintf(why, sizeof(why), "%s", dormant_last_error());
-	return error_set(-ECANCELED, "%s failed (it returned %d)%s%s", where, r,
-			 why[0] ? ": " : "", why);
-}
-
 /* Settle states, free what was freed meanwhile, count. Called with m->lock. */
 static void settle(struct dormant *m, struct transition *t, int result)
 {
@@ -292,6 +285,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	double duration = rep->duration_s;
 	int bucket = 0;
 
+	times_add(sum, &t->totals.times);
 	for (size_t i = 0; i < t->tag_count; i++) {
 		struct tag *tag = t->tags[i];
 		enum dormant_state state;
@@ -319,9 +313,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 			alloc_destroy(m, a);
 	}
 	for (size_t i = 0; i < rep->tag_count; i++) {
-		struct tag *tag = tag_find(m, rep->tags[i].tag);
-
-		rep->tags[i].after = tag ? tag->state : rep->tags[i].before;
+		rep->tags[i].after = t->named[i]->state;
 		rep->tags[i].changed = rep->tags[i].after != rep->tags[i].before;
 	}
 
@@ -393,7 +385,6 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	h->counts[bucket]++;
 	h->count++;
 	h->sum_s += duration;
-	times_add(sum, &t->totals.times);
 }
 
 /* A sleep's checkpoint took seconds more: count them in its duration, its
@@ -416,33 +407,30 @@ static void settle_add(struct dormant *m, struct dormant_report *rep, double sec
 }
 
 /*
- * The end of a sleep in residue mode checkpoint: with every tag asleep,
- * checkpoint the process's device state. Its failure is not the sleep's
- * (residue stats say it); returns the seconds it took. Called without
- * m->lock, with transition_running set.
+ * The last step of a sleep that succeeded, in residue mode checkpoint: with
+ * every tag asleep, checkpoint the process's device state, into
+ * rep->residue. Its failure is not the sleep's: the report and the residue
+ * stats say it. Called without m->lock, with transition_running set.
  */
-static double residue_after_sleep(struct dormant *m, enum dormant_residue_mode mode)
+static void residue_after_sleep(struct dormant *m, struct dormant_report *rep)
 {
-	double start = now_monotonic_s();
+	enum dormant_residue_mode mode = rep->residue.mode;
 	char message[DORMANT_ERROR_MAX];
 	bool all_asleep;
 
 	if (mode == DORMANT_RESIDUE_DEFAULT)
-		mode = m->residue.mode;
-	if (mode != DORMANT_RESIDUE_CHECKPOINT || residue_checkpointed(&m->residue))
-		return 0;
+		mode = m->residue.mode; /* set once, at dormant_create() */
+	if (mode != DORMANT_RESIDUE_CHECKPOINT)
+		return;
 	pthread_mutex_lock(&m->lock);
 	all_asleep = m->tag_count > 0 && manager_all_asleep(m);
 	pthread_mutex_unlock(&m->lock);
 	if (!all_asleep)
-		return 0;
-	snprintf(message, sizeof(message), "%s", dormant_last_error());
-	if (residue_checkpoint(&m->residue, m->device_count) < 0)
-		log_write(&m->log, DORMANT_LOG_WARNING, "sleep: the residue stays: %s",
-			  dormant_last_error());
+		return;
 	/* the sleep's own message (it succeeded) is what its caller reads */
+	snprintf(message, sizeof(message), "%s", dormant_last_error());
+	residue_checkpoint(&m->residue, m->device_count, &rep->residue);
 	error_set(0, "%s", message);
-	return now_monotonic_s() - start;
 }
 
 /* The bytes a wake of t's tags maps on each device (their whole ranges). */
@@ -455,207 +443,205 @@ static void wake_need(struct transition *t, uint64_t need[DORMANT_DEVICES_MAX])
 				need[a->device] += a->reserved;
 }
 
-/* A wake's first step in residue mode checkpoint: restore the process's
- * device state. Called without m->lock, with transition_running set. */
+/* A wake's first step: restore the process's device state if it is
+ * checkpointed (into the report's residue part), then destroy what was
+ * freed meanwhile. Called without m->lock, with transition_running set. */
 static int residue_before_wake(struct dormant *m, struct transition *t)
 {
+	struct dormant_residue_step *step = &t->report->residue;
 	uint64_t need[DORMANT_DEVICES_MAX];
 	int r;
 
-	if (!residue_checkpointed(&m->residue))
-		return 0;
 	pthread_mutex_lock(&m->lock);
 	wake_need(t, need);
 	pthread_mutex_unlock(&m->lock);
-	r = residue_restore(&m->residue, m->device_count, need);
+	r = residue_restore(&m->residue, m->device_count, need, step);
+	pthread_mutex_lock(&m->lock);
 	if (r == -EPERM) {
 		/* stuck for good: say so wherever health is read */
-		pthread_mutex_lock(&m->lock);
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error), "%s", dormant_last_error());
-		pthread_mutex_unlock(&m->lock);
+	} else if (r == 0 && step->op[0]) {
+		manager_free_deferred(m); /* restored: the driver takes frees again */
 	}
-	if (r == 0) {
-		pthread_mutex_lock(&m->lock);
-		manager_free_deferred(m);
-		pthread_mutex_unlock(&m->lock);
-	}
-	return r;
+	pthread_mutex_unlock(&m->lock);
+	return r < 0 ? error_prefix(r, "wake") : 0;
 }
 
-static int transition_run(struct dormant *m, bool sleep, const char *const *names,
-			  enum dormant_residue_mode residue, struct dormant_report *rep)
+/*
+ * With m->lock: refuse a second transition, pick the tags and take the
+ * transition (transition_running), stopping a warm-up. A wake with nothing
+ * to wake is over here (it drops the marks of awake tags) and takes
+ * nothing; a sleep with every tag asleep already takes it for the
+ * checkpoint its end may try.
+ */
+static int transition_start(struct dormant *m, struct transition *t, const char *const *names)
 {
-	struct transition t = {
-		.sleep = sleep,
-		.target = sleep ? DORMANT_ASLEEP : DORMANT_AWAKE,
-		.via = sleep ? DORMANT_SLEEPING : DORMANT_WAKING,
-		.report = rep,
-	};
-	double start = now_monotonic_s();
 	int r;
 
-	pthread_mutex_lock(&m->lock);
 	if (m->transition_running) {
-		m->busy[!sleep]++;
-		pthread_mutex_unlock(&m->lock);
+		m->busy[!t->sleep]++;
 		return error_set(-EBUSY, "another sleep or wake is running");
 	}
-	r = select_tags(m, names, &t);
-	if (r < 0) {
-		pthread_mutex_unlock(&m->lock);
+	r = select_tags(m, names, t);
+	if (r < 0)
 		return r;
-	}
-	if (t.tag_count == 0) {
-		m->noops[!sleep]++;
-		if (!sleep)
-			marks_drop_awake(m); /* a wake drops the marks of awake tags */
-		if (sleep) {
-			/* every tag asleep already: a checkpoint that failed or was
-			 * not asked for before is tried now */
-			m->transition_running = true;
-			pthread_mutex_unlock(&m->lock);
-			residue_after_sleep(m, residue);
-			pthread_mutex_lock(&m->lock);
-			m->transition_running = false;
-			warmup_transition_done(m);
+	if (t->tag_count == 0) {
+		m->noops[!t->sleep]++;
+		if (!t->sleep) {
+			marks_drop_awake(m);
+			return 0;
 		}
+	}
+	m->transition_running = t->running = true;
+	if (t->tag_count > 0) {
+		if (!t->sleep)
+			m->gate_hold = true; /* steps wait for the wake hooks too */
+		/* a warm-up holds the engine: it stops at its next chunk */
+		t->warmup_wait_s = warmup_stop_for_transition(m);
+	}
+	return 0;
+}
+
+/*
+ * Move the tags' memory, with the guard held (sleep) or the gate closed
+ * (wake): a wake restores the residue first; then the before-hooks, the
+ * copies, the communicators' hooks, the rebuilds; then settle() and, when it
+ * succeeded, the after-hooks.
+ */
+static int transition_move(struct dormant *m, struct transition *t)
+{
+	struct dormant_report *rep = t->report;
+	int r;
+
+	r = t->sleep ? 0 : residue_before_wake(m, t);
+	if (r == 0)
+		r = hooks_run(m, t->sleep ? DORMANT_HOOK_BEFORE_SLEEP : DORMANT_HOOK_BEFORE_WAKE,
+			      NULL);
+	if (r == 0) {
+		pthread_mutex_lock(&m->lock);
+		r = collect_items(t);
+		/* where this sleep's disk copies go (dormant_set_disk_dir()) */
+		if (t->sleep)
+			memcpy(m->engine.disk_dir, m->options.disk_dir, sizeof(m->engine.disk_dir));
 		pthread_mutex_unlock(&m->lock);
-		return 0;
 	}
-	m->transition_running = true;
-	if (!sleep)
-		m->gate_hold = true; /* steps wait for the wake hooks too */
-	/* a warm-up holds the engine: it stops at its next chunk */
-	t.warmup_wait_s = warmup_stop_for_transition(m);
-	pthread_mutex_unlock(&m->lock);
-
-	if (sleep) {
-		r = guard_close(m, &rep->guard_wait_s);
-		if (r < 0) {
-			pthread_mutex_lock(&m->lock);
-			m->busy[!sleep]++;
-			marks_drop_awake(m); /* the steps go on: see settle() */
-			m->transition_running = false;
-			warmup_transition_done(m);
-			pthread_mutex_unlock(&m->lock);
-			return r;
-		}
-	}
-
-	if (!sleep) {
-		r = residue_before_wake(m, &t);
-		if (r < 0) {
-			error_prefix(r, "wake");
-			t.tag_count = 0; /* nothing moved */
-			goto settle;
-		}
-	}
-
-	r = hooks_run(m, sleep ? DORMANT_HOOK_BEFORE_SLEEP : DORMANT_HOOK_BEFORE_WAKE);
-	if (r != 0) {
-		r = error_set(-ECANCELED, "a before-%s hook cancelled the %s (it returned %d)",
-			      kind(&t), kind(&t), r);
-		t.tag_count = 0; /* nothing moved */
-		goto settle;
-	}
-
-	pthread_mutex_lock(&m->lock);
-	r = collect_items(&t);
-	/* where this sleep's disk copies go (dormant_set_disk_dir()) */
-	if (sleep)
-		memcpy(m->engine.disk_dir, m->options.disk_dir, sizeof(m->engine.disk_dir));
-	pthread_mutex_unlock(&m->lock);
 	if (r < 0) {
-		t.tag_count = 0;
+		t->tag_count = 0; /* nothing moved */
 		goto settle;
 	}
 
-	if (sleep) {
-		r = engine_sleep(&m->engine, t.items, t.item_count, &t.totals);
+	if (t->sleep) {
+		r = engine_sleep(&m->engine, t->items, t->item_count, &t->totals);
 		/* Everything that can fail on this rank alone is behind us: now
 		 * the collective part (communicators). If it fails the memory
 		 * stays asleep; settle() finds nothing mapped. */
 		if (r == 0) {
-			t.copies_done = true;
-			r = run_comms_hooks(m, &t);
-		} else if (!t.totals.rollback_failed) {
+			t->copies_done = true;
+			r = hooks_run(m, DORMANT_HOOK_AFTER_COPIES, &t->totals.times.comms_s);
+		} else if (!t->totals.rollback_failed) {
 			/* Rolled back after REBUILD memory was released (only a
 			 * failed unmap gets there): it came back zero-filled, so
 			 * rebuild it. */
 			char message[DORMANT_ERROR_MAX];
 
 			snprintf(message, sizeof(message), "%s", dormant_last_error());
-			if (run_rebuilds(m, &t) < 0)
-				log_write(&m->log, DORMANT_LOG_ERROR,
-					  "after a rolled-back sleep: %s", dormant_last_error());
+			if (run_rebuilds(m, t) < 0)
+				snprintf(t->rebuild_error, sizeof(t->rebuild_error), "%s",
+					 dormant_last_error());
 			error_set(r, "%s", message);
 		}
 	} else {
-		r = engine_wake(&m->engine, t.items, t.item_count, &t.totals);
+		r = engine_wake(&m->engine, t->items, t->item_count, &t->totals);
 		/* Every KEEP chunk of the wake is back: communicators first
 		 * (a rebuild may gather over them), then rebuild from them. */
 		if (r == 0) {
-			r = run_comms_hooks(m, &t);
+			r = hooks_run(m, DORMANT_HOOK_BEFORE_REBUILD, &t->totals.times.comms_s);
 			if (r == 0) {
 				double rebuild = now_monotonic_s();
 
-				r = run_rebuilds(m, &t);
-				t.totals.times.rebuild_s += now_monotonic_s() - rebuild;
+				r = run_rebuilds(m, t);
+				t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
 			}
 			if (r < 0)
-				engine_wake_undo(&m->engine, t.items, t.item_count, &t.totals);
+				engine_wake_undo(&m->engine, t->items, t->item_count, &t->totals);
 			else
-				engine_wake_commit(&m->engine, t.items, t.item_count);
+				engine_wake_commit(&m->engine, t->items, t->item_count);
 		}
 	}
 	if (r < 0)
-		error_prefix(r, "%s", kind(&t));
+		error_prefix(r, "%s", kind(t));
 
 settle:
-	rep->duration_s = now_monotonic_s() - start;
-	rep->bytes_copied = t.totals.copied;
-	rep->bytes_released = t.totals.released;
-	rep->bytes_mapped = t.totals.mapped;
-	rep->bytes_zeroed = t.totals.zeroed;
-	rep->bytes_skipped = t.totals.skipped;
-	rep->bytes_unchanged = t.totals.unchanged;
-	rep->chunks_verified = t.totals.verified;
-	rep->chunk_mismatches = t.totals.mismatches;
-	t.totals.times.warmup_wait_s = t.warmup_wait_s;
-	rep->times = t.totals.times;
-	rep->wake_copy = t.totals.wake_copy;
-	rep->copy_gbps = t.totals.copy_s > 0 ? (double)t.totals.copied / t.totals.copy_s / 1e9 : 0;
+	rep->duration_s = now_monotonic_s() - t->start; /* the guard's wait included */
+	rep->bytes_copied = t->totals.copied;
+	rep->bytes_released = t->totals.released;
+	rep->bytes_mapped = t->totals.mapped;
+	rep->bytes_zeroed = t->totals.zeroed;
+	rep->bytes_skipped = t->totals.skipped;
+	rep->bytes_unchanged = t->totals.unchanged;
+	rep->chunks_verified = t->totals.verified;
+	rep->chunk_mismatches = t->totals.mismatches;
+	t->totals.times.warmup_wait_s = t->warmup_wait_s;
+	rep->times = t->totals.times;
+	rep->wake_copy = t->totals.wake_copy;
+	rep->copy_gbps = t->totals.copy_s > 0 ? (double)t->totals.copied / t->totals.copy_s / 1e9
+					       : 0;
 	pthread_mutex_lock(&m->lock);
-	settle(m, &t, r);
+	settle(m, t, r);
 	pthread_mutex_unlock(&m->lock);
-	free(t.items);
-	free(t.allocs);
-
+	t->settled = true;
+	free(t->items);
+	free(t->allocs);
 	if (r == 0)
-		hooks_run(m, sleep ? DORMANT_HOOK_AFTER_SLEEP : DORMANT_HOOK_AFTER_WAKE);
-	/* last, once the hooks no longer need the device */
-	if (sleep && r == 0) {
-		double seconds = residue_after_sleep(m, residue);
+		hooks_run(m, t->sleep ? DORMANT_HOOK_AFTER_SLEEP : DORMANT_HOOK_AFTER_WAKE, NULL);
+	return r;
+}
 
-		if (seconds > 0) {
-			pthread_mutex_lock(&m->lock);
-			settle_add(m, rep, seconds);
-			pthread_mutex_unlock(&m->lock);
-		}
-	}
+/*
+ * The end of a transition that took transition_running: a sleep that
+ * succeeded checkpoints the residue where asked (last, once the hooks no
+ * longer need the device; its time counts in the sleep's); a sleep the guard
+ * refused counts as busy and drops the marks; the gate opens, the warm-up may
+ * run again, and one line of log says how it went.
+ */
+static void transition_end(struct dormant *m, struct transition *t, int r)
+{
+	struct dormant_report *rep = t->report;
+	const struct dormant_residue_step *step = &rep->residue;
+	char residue[DORMANT_ERROR_MAX + 64] = "";
+
+	if (t->sleep && r == 0)
+		residue_after_sleep(m, rep);
 	pthread_mutex_lock(&m->lock);
+	if (t->settled && step->op[0])
+		settle_add(m, rep, step->seconds);
+	if (t->guard_failed) {
+		m->busy[!t->sleep]++;
+		marks_drop_awake(m); /* the steps go on: see settle() */
+	}
 	guard_release(m);
 	m->transition_running = false;
 	warmup_transition_done(m);
 	pthread_mutex_unlock(&m->lock);
+	if (!t->settled)
+		rep->duration_s = now_monotonic_s() - t->start;
+	if (!t->settled && !t->guard_failed && !step->op[0])
+		return; /* nothing to sleep, nothing tried: nothing to say */
+	/* a failed restore's message is the wake's own */
+	if (step->op[0] && step->result == 0)
+		snprintf(residue, sizeof(residue), "; residue %s in %.3f s", step->op, step->seconds);
+	else if (step->op[0] && r == 0)
+		snprintf(residue, sizeof(residue), "; the residue stays: %s", step->error);
 	log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
-		  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, %llu zeroed%s%s",
-		  kind(&t), r == 0 ? "done" : "failed", rep->duration_s,
+		  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, %llu zeroed"
+		  "%s%s%s%s%s",
+		  kind(t), r == 0 ? "done" : "failed", rep->duration_s,
 		  (unsigned long long)rep->bytes_copied, rep->copy_gbps,
 		  (unsigned long long)rep->bytes_released, (unsigned long long)rep->bytes_zeroed,
-		  r == 0 ? "" : ": ", r == 0 ? "" : dormant_last_error());
-	return r;
+		  r == 0 ? "" : ": ", r == 0 ? "" : dormant_last_error(),
+		  t->rebuild_error[0] ? "; rebuilding after the rollback failed too: " : "",
+		  t->rebuild_error, residue);
 }
 
 static int transition(struct dormant *m, bool sleep, const char *const *names,
@@ -663,6 +649,7 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 {
 	double start = now_monotonic_s();
 	struct dormant_report *rep;
+	struct transition t;
 	int r;
 
 	if (!m)
@@ -671,14 +658,39 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 	rep = calloc(1, sizeof(*rep));
 	if (!rep)
 		return error_set(-ENOMEM, "out of host memory");
+	t = (struct transition){
+		.start = start,
+		.sleep = sleep,
+		.target = sleep ? DORMANT_ASLEEP : DORMANT_AWAKE,
+		.via = sleep ? DORMANT_SLEEPING : DORMANT_WAKING,
+		.report = rep,
+	};
+	rep->residue.mode = residue;
 	error_clear();
-	r = transition_run(m, sleep, names, residue, rep);
-	rep->result = r;
-	if (r < 0) {
-		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
+	pthread_mutex_lock(&m->lock);
+	r = transition_start(m, &t, names);
+	pthread_mutex_unlock(&m->lock);
+	if (r == 0 && t.running) {
+		if (t.tag_count > 0) {
+			r = sleep ? guard_close(m, &rep->guard_wait_s) : 0;
+			t.guard_failed = r < 0;
+			if (r == 0)
+				r = transition_move(m, &t);
+		}
+		transition_end(m, &t, r);
 	}
+	rep->result = r;
+	if (r < 0)
+		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
 	if (rep->duration_s == 0)
 		rep->duration_s = now_monotonic_s() - start;
+	residue_step_finish(&m->residue, &rep->residue);
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->tag_count; i++) {
+		rep->tags_awake += m->tags[i]->state == DORMANT_AWAKE;
+		rep->tags_asleep += m->tags[i]->state == DORMANT_ASLEEP;
+	}
+	pthread_mutex_unlock(&m->lock);
 	if (ret)
 		*ret = *rep;
 	free(rep);

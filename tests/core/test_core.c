@@ -1024,6 +1024,36 @@ Test(hooks, run_in_order_and_can_cancel)
 	dormant_destroy(m);
 }
 
+static int refuse_hook(struct dormant *m, enum dormant_hook_point point, void *userdata)
+{
+	(void)m;
+	(void)userdata;
+	dormant_hook_set_error(point == DORMANT_HOOK_BEFORE_SLEEP ? "not now" : "not yet");
+	return 3;
+}
+
+/* A before-hook that refuses says why, as the other hook points do. */
+Test(hooks, a_refusing_before_hook_gives_its_reason)
+{
+	struct dormant *m = manager();
+	struct dormant_report rep;
+	int id;
+
+	alloc_tag(m, "weights", MiB);
+	id = dormant_hook_add(m, DORMANT_HOOK_BEFORE_SLEEP, refuse_hook, NULL);
+	cr_assert_gt(id, 0);
+	cr_expect_eq(dormant_sleep(m, NULL, &rep), -ECANCELED);
+	cr_expect_str_eq(rep.error, "a before-sleep hook cancelled the sleep (it returned 3): not now");
+	cr_expect_eq(state_of(m, "weights"), DORMANT_AWAKE);
+	cr_assert_eq(dormant_hook_remove(m, id), 0);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0);
+	cr_assert_gt(dormant_hook_add(m, DORMANT_HOOK_BEFORE_WAKE, refuse_hook, NULL), 0);
+	cr_expect_eq(dormant_wake(m, NULL, &rep), -ECANCELED);
+	cr_expect_str_eq(rep.error, "a before-wake hook cancelled the wake (it returned 3): not yet");
+	cr_expect_eq(state_of(m, "weights"), DORMANT_ASLEEP);
+	dormant_destroy(m);
+}
+
 /* ---- devices ------------------------------------------------------------- */
 
 /*

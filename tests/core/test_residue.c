@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -124,6 +125,110 @@ Test(residue, checkpoint_gives_the_residue_back_and_the_wake_restores_it)
 	cr_expect_eq(r.helper_starts, 1);
 	cr_expect(holds(m, weights, 24 * MiB, 1));
 	expect_no_device_leak(m);
+	dormant_destroy(m);
+}
+
+/* The log of a manager: its last line, for the transition's one line. */
+static char last_line[1024];
+
+static void keep_last_line(enum dormant_log_level level, const char *message, void *userdata)
+{
+	(void)level;
+	(void)userdata;
+	snprintf(last_line, sizeof(last_line), "%s", message);
+}
+
+static struct dormant *checkpointing_logged(void)
+{
+	struct dormant_options *o;
+	struct dormant *m;
+
+	cr_assert_eq(dormant_options_new(&o), 0);
+	cr_assert_eq(dormant_options_parse(o, "residue=checkpoint,host_residue_bytes=67108864,"
+					      "chunk_bytes=4MiB,staging_bytes=8MiB,copy_threads=2"),
+		     0, "%s", dormant_last_error());
+	cr_assert_eq(dormant_options_set_log(o, keep_last_line, NULL), 0);
+	cr_assert_eq(dormant_new(o, &m), 0, "%s", dormant_last_error());
+	dormant_options_destroy(o);
+	return m;
+}
+
+/* Each report says what its transition did with the residue and how many
+ * tags are awake and asleep after it, and so does its line of log. */
+Test(residue, the_report_says_what_the_transition_did_with_the_residue)
+{
+	struct dormant *m = checkpointing_logged();
+	const char *const weights_only[] = { "weights", NULL };
+	struct dormant_report rep;
+	void *weights, *grads;
+
+	trainer(m, &weights, &grads);
+	/* one tag of two asleep: no checkpoint */
+	cr_assert_eq(dormant_sleep(m, weights_only, &rep), 0, "%s", rep.error);
+	cr_expect_str_eq(rep.residue.op, "");
+	cr_expect_eq(rep.residue.mode, DORMANT_RESIDUE_CHECKPOINT, "the manager's mode");
+	cr_expect_eq(rep.residue.state, DORMANT_RESIDUE_RESIDENT);
+	cr_expect_eq(rep.tags_asleep, 1);
+	cr_expect_eq(rep.tags_awake, 1);
+	cr_expect_null(strstr(last_line, "residue"), "%s", last_line);
+
+	/* the rest: every tag asleep, checkpointed */
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_str_eq(rep.residue.op, "checkpoint");
+	cr_expect_eq(rep.residue.result, 0);
+	cr_expect_eq(rep.residue.state, DORMANT_RESIDUE_CHECKPOINTED);
+	cr_expect_str_eq(rep.residue.error, "");
+	cr_expect_eq(rep.tags_asleep, 2);
+	cr_expect_eq(rep.tags_awake, 0);
+	cr_expect(strstr(last_line, "sleep: done") && strstr(last_line, "residue checkpoint in"),
+		  "%s", last_line);
+	cr_expect_geq(rep.duration_s, rep.residue.seconds, "its time is the sleep's");
+
+	/* a wake whose restore fails says so, and keeps it checkpointed */
+	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_RESTORE, 1, -EIO, false), 0);
+	cr_expect_eq(dormant_wake(m, NULL, &rep), -EIO);
+	cr_expect_str_eq(rep.residue.op, "restore");
+	cr_expect_eq(rep.residue.result, -EIO);
+	cr_expect_eq(rep.residue.state, DORMANT_RESIDUE_CHECKPOINTED);
+	cr_expect(strstr(rep.residue.error, "injected"), "%s", rep.residue.error);
+	cr_expect_eq(rep.tags_asleep, 2);
+	cr_expect(strstr(last_line, "wake: failed"), "%s", last_line);
+
+	cr_assert_eq(dormant_wake(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_str_eq(rep.residue.op, "restore");
+	cr_expect_eq(rep.residue.result, 0);
+	cr_expect_eq(rep.residue.state, DORMANT_RESIDUE_RESIDENT);
+	cr_expect_eq(rep.tags_awake, 2);
+	cr_expect_eq(rep.tags_asleep, 0);
+	cr_expect(strstr(last_line, "residue restore in"), "%s", last_line);
+
+	/* a checkpoint that fails: the sleep succeeds, its report says why */
+	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_CHECKPOINT, 1, -EIO, false), 0);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_str_eq(rep.error, "");
+	cr_expect_str_eq(rep.residue.op, "checkpoint");
+	cr_expect_eq(rep.residue.result, -EIO);
+	cr_expect_eq(rep.residue.state, DORMANT_RESIDUE_RESIDENT);
+	cr_expect(strstr(rep.residue.error, "injected"), "%s", rep.residue.error);
+	cr_expect(strstr(last_line, "the residue stays: ") && strstr(last_line, "injected"), "%s",
+		  last_line);
+
+	/* asleep already: the sleep moves nothing, tries the checkpoint again
+	 * and says so */
+	last_line[0] = '\0';
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect_str_eq(rep.residue.op, "checkpoint");
+	cr_expect_eq(rep.residue.result, 0);
+	cr_expect(strstr(last_line, "residue checkpoint in"), "%s", last_line);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+
+	/* a sleep's own mode is the one its report names */
+	cr_assert_eq(dormant_sleep_residue(m, NULL, DORMANT_RESIDUE_KEEP, &rep), 0);
+	cr_expect_eq(rep.residue.mode, DORMANT_RESIDUE_KEEP);
+	cr_expect_str_eq(rep.residue.op, "");
+	cr_expect_eq(rep.residue.state, DORMANT_RESIDUE_RESIDENT);
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0);
+	cr_expect(holds(m, weights, 24 * MiB, 1));
 	dormant_destroy(m);
 }
 
