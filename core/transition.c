@@ -601,9 +601,8 @@ settle:
 /*
  * The end of a transition that took transition_running: a sleep that
  * succeeded checkpoints the residue where asked (last, once the hooks no
- * longer need the device; its time counts in the sleep's); a sleep the guard
- * refused counts as busy and drops the marks; the gate opens, the warm-up may
- * run again, and one line of log says how it went.
+ * longer need the device; its time counts in the sleep's); the gate opens,
+ * the warm-up may run again, and one line of log says how it went.
  */
 static void transition_end(struct dormant *m, struct transition *t, int r)
 {
@@ -616,10 +615,6 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	pthread_mutex_lock(&m->lock);
 	if (t->settled && step->op[0])
 		settle_add(m, rep, step->seconds);
-	if (t->guard_failed) {
-		m->busy[!t->sleep]++;
-		marks_drop_awake(m); /* the steps go on: see settle() */
-	}
 	guard_release(m);
 	m->transition_running = false;
 	warmup_transition_done(m);
@@ -671,11 +666,18 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 	r = transition_start(m, &t, names);
 	pthread_mutex_unlock(&m->lock);
 	if (r == 0 && t.running) {
-		if (t.tag_count > 0) {
+		if (t.tag_count > 0)
 			r = sleep ? guard_close(m, &rep->guard_wait_s) : 0;
-			t.guard_failed = r < 0;
-			if (r == 0)
-				r = transition_move(m, &t);
+		if (r < 0) {
+			/* steps did not leave in time: busy, and they go on (see
+			 * settle() for the marks) */
+			t.guard_failed = true;
+			pthread_mutex_lock(&m->lock);
+			m->busy[0]++;
+			marks_drop_awake(m);
+			pthread_mutex_unlock(&m->lock);
+		} else if (t.tag_count > 0) {
+			r = transition_move(m, &t);
 		}
 		transition_end(m, &t, r);
 	}
