@@ -274,16 +274,15 @@ static void times_add(struct dormant_transition_times *sum,
 	sum->warmup_wait_s += t->warmup_wait_s;
 }
 
-/* Settle states, free what was freed meanwhile, count. Called with m->lock. */
+/* Settle states, free what was freed meanwhile, count (the duration goes
+ * into its histogram at transition_end()). Called with m->lock. */
 static void settle(struct dormant *m, struct transition *t, int result)
 {
 	struct dormant_report *rep = t->report;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
-	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_times *sum =
 		t->sleep ? &m->sleep_times_total : &m->wake_times_total;
 	double duration = rep->duration_s;
-	int bucket = 0;
 
 	times_add(sum, &t->totals.times);
 	for (size_t i = 0; i < t->tag_count; i++) {
@@ -380,30 +379,6 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
-	while (bucket < DORMANT_HISTOGRAM_BUCKETS && duration > h->bounds_s[bucket])
-		bucket++;
-	h->counts[bucket]++;
-	h->count++;
-	h->sum_s += duration;
-}
-
-/* A sleep's checkpoint took seconds more: count them in its duration, its
- * histogram bucket and its totals. Called with m->lock. */
-static void settle_add(struct dormant *m, struct dormant_report *rep, double seconds)
-{
-	struct dormant_histogram *h = &m->sleep_seconds;
-	int before = 0, after = 0;
-
-	while (before < DORMANT_HISTOGRAM_BUCKETS && rep->duration_s > h->bounds_s[before])
-		before++;
-	rep->duration_s += seconds;
-	while (after < DORMANT_HISTOGRAM_BUCKETS && rep->duration_s > h->bounds_s[after])
-		after++;
-	h->counts[before]--;
-	h->counts[after]++;
-	h->sum_s += seconds;
-	m->last_sleep.duration_s = rep->duration_s;
-	m->last_sleep.started_unix_s = now_unix_s() - rep->duration_s;
 }
 
 /*
@@ -608,13 +583,27 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 {
 	struct dormant_report *rep = t->report;
 	const struct dormant_residue_step *step = &rep->residue;
+	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
+	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
 	char residue[DORMANT_ERROR_MAX + 64] = "";
+	int bucket = 0;
 
 	if (t->sleep && r == 0)
 		residue_after_sleep(m, rep);
 	pthread_mutex_lock(&m->lock);
-	if (t->settled && step->op[0])
-		settle_add(m, rep, step->seconds);
+	if (t->settled) {
+		/* its whole time, a sleep's checkpoint included, into its
+		 * histogram and its last_sleep or last_wake */
+		if (t->sleep && step->op[0])
+			rep->duration_s += step->seconds;
+		while (bucket < DORMANT_HISTOGRAM_BUCKETS && rep->duration_s > h->bounds_s[bucket])
+			bucket++;
+		h->counts[bucket]++;
+		h->count++;
+		h->sum_s += rep->duration_s;
+		last->duration_s = rep->duration_s;
+		last->started_unix_s = now_unix_s() - rep->duration_s;
+	}
 	guard_release(m);
 	m->transition_running = false;
 	warmup_transition_done(m);

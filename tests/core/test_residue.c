@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,7 @@ Test(residue, the_report_says_what_the_transition_did_with_the_residue)
 	const char *const weights_only[] = { "weights", NULL };
 	struct dormant_report rep;
 	void *weights, *grads;
+	double first_s;
 
 	trainer(m, &weights, &grads);
 	/* one tag of two asleep: no checkpoint */
@@ -171,6 +173,7 @@ Test(residue, the_report_says_what_the_transition_did_with_the_residue)
 	cr_expect_eq(rep.tags_asleep, 1);
 	cr_expect_eq(rep.tags_awake, 1);
 	cr_expect_null(strstr(last_line, "residue"), "%s", last_line);
+	first_s = rep.duration_s;
 
 	/* the rest: every tag asleep, checkpointed */
 	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
@@ -183,6 +186,10 @@ Test(residue, the_report_says_what_the_transition_did_with_the_residue)
 	cr_expect(strstr(last_line, "sleep: done") && strstr(last_line, "residue checkpoint in"),
 		  "%s", last_line);
 	cr_expect_geq(rep.duration_s, rep.residue.seconds, "its time is the sleep's");
+	cr_expect_eq(stats(m)->last_sleep.duration_s, rep.duration_s, "and so in the stats");
+	cr_expect(fabs(stats(m)->sleep_seconds.sum_s - (first_s + rep.duration_s)) < 1e-9,
+		  "the histogram has both sleeps' whole times: %f, %f + %f",
+		  stats(m)->sleep_seconds.sum_s, first_s, rep.duration_s);
 
 	/* a wake whose restore fails says so, and keeps it checkpointed */
 	cr_assert_eq(dormant_debug_inject_fault(m, DORMANT_FAULT_RESTORE, 1, -EIO, false), 0);
