@@ -74,9 +74,7 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
  * (a rebuild callback failed: give back what engine_wake() mapped, the host
  * copies intact for a retry). */
 int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
-void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
-void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t);
+/* (engine_wake_commit() is hostcopy.h's, engine_wake_undo() state.h's.) */
 
 /* Set device d up for transitions, once (a transition's first step, or
  * ahead of it: the warm-up): its streams and events, the backend's checksum
@@ -84,8 +82,5 @@ void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
  * and, when host copies go unpinned, the staging ring. Timed into setup_s.
  * Not while a transition runs on the engine. */
 int engine_device_setup(struct engine *e, int d);
-
-/* Give back a chunk's memory, with accounting: used by free and destroy. */
-void engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c);
 
 #endif
