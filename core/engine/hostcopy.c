@@ -102,15 +102,6 @@ void engine_reclaims_wait(struct engine *e)
 	pthread_mutex_unlock(&e->reclaim_lock);
 }
 
-void engine_reclaim_warning(struct engine *e, struct xfer_totals *t)
-{
-	pthread_mutex_lock(&e->reclaim_lock);
-	if (e->reclaim_warning[0])
-		engine_warn(t, "%s", e->reclaim_warning);
-	e->reclaim_warning[0] = '\0';
-	pthread_mutex_unlock(&e->reclaim_lock);
-}
-
 /* Host mode reclaimable: whether c's host copy stays pinned while awake (it
  * did already, or the room left under reclaimable_pinned_bytes takes it). */
 static bool pinned_awake_keeps(struct engine *e, struct chunk *c)
@@ -153,9 +144,11 @@ void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c
 {
 	if (!c->host.ptr || c->host.reclaimable)
 		return;
+	if (e->mode == DORMANT_HOST_RECLAIMABLE && pinned_awake_keeps(e, c))
+		return;
 	if (e->mode == DORMANT_HOST_RELEASE)
 		engine_host_release(e, held, c);
-	else if (e->mode == DORMANT_HOST_RECLAIMABLE && !pinned_awake_keeps(e, c))
+	else if (e->mode == DORMANT_HOST_RECLAIMABLE)
 		host_reclaim(e, held, c);
 }
 

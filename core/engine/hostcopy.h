@@ -36,8 +36,5 @@ void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count,
 /* The wake is done, the data on the device: engine_copies_done() of what
  * it restored. */
 void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
-/* A failure of MADV_FREE on a worker since the last call (said once in the
- * engine's life): told in t (engine_warn()). */
-void engine_reclaim_warning(struct engine *e, struct xfer_totals *t);
 
 #endif

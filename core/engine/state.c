@@ -33,15 +33,6 @@ void engine_time_add(_Atomic uint64_t *ns, double start)
 	atomic_fetch_add(ns, (uint64_t)((now_monotonic_s() - start) * 1e9));
 }
 
-void engine_times_mark(struct engine *e, struct time_marks *m)
-{
-	m->release_ns = atomic_load(&e->release_ns);
-	m->map_ns = atomic_load(&e->map_ns);
-	m->host_prep_ns = atomic_load(&e->host_prep_ns);
-	m->host_pin_ns = atomic_load(&e->host_pin_ns);
-	m->setup_ns = atomic_load(&e->setup_ns);
-}
-
 void engine_times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
 {
 	t->times.release_s = (double)(atomic_load(&e->release_ns) - m->release_ns) / 1e9;
@@ -68,6 +59,15 @@ void engine_warnings_add(struct xfer_totals *dst, const struct xfer_totals *src)
 	if (src->warnings && !dst->warnings)
 		memcpy(dst->warning, src->warning, sizeof(dst->warning));
 	dst->warnings += src->warnings;
+}
+
+void engine_reclaim_warning(struct engine *e, struct xfer_totals *t)
+{
+	pthread_mutex_lock(&e->reclaim_lock);
+	if (e->reclaim_warning[0])
+		engine_warn(t, "%s", e->reclaim_warning);
+	e->reclaim_warning[0] = '\0';
+	pthread_mutex_unlock(&e->reclaim_lock);
 }
 
 /* ---- a chunk's pieces, given back ---------------------------------------- */

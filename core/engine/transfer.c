@@ -310,26 +310,6 @@ static int device_stop(struct engine *e, int d)
 	return error_set(-ECANCELED, "device %d stopped: another device failed", d);
 }
 
-/* One after another, on the calling thread, with the shared counters: when
- * the runs cannot be allocated. */
-static int devices_run_serial(struct engine *e, const bool *used, struct xfer_item *items,
-			      size_t count,
-			      int (*fn)(struct engine *e, int d, struct xfer_item *items,
-					size_t count, struct xfer_totals *t),
-			      struct xfer_totals *t)
-{
-	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
-		int r;
-
-		if (!used[d])
-			continue;
-		r = fn(e, d, items, count, t);
-		if (r < 0)
-			return error_prefix(r, "device %d", d);
-	}
-	return 0;
-}
-
 /*
  * Run fn for every device that items have chunks on, each on a thread of its
  * own (the first on the calling thread), and wait for all. Each adds to its
@@ -365,7 +345,7 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 	}
 	runs = calloc(n, sizeof(*runs));
 	if (!runs)
-		return devices_run_serial(e, used, items, count, fn, t);
+		goto serial;
 	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
 		if (used[d])
 			runs[k++] = (struct device_run){ .e = e, .device = d, .items = items,
@@ -425,6 +405,29 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 						     runs[k].error);
 	free(runs);
 	return error_set(r, "%s", message);
+
+serial:
+	/* No memory for the runs: one after another, on the calling thread,
+	 * with the shared counters. */
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
+		if (!used[d])
+			continue;
+		r = fn(e, d, items, count, t);
+		if (r < 0)
+			return error_prefix(r, "device %d", d);
+	}
+	return 0;
+}
+
+/* The engine's time counters as a transition starts (state.h: struct
+ * time_marks); engine_times_since() tells the times since into its totals. */
+static void times_mark(struct engine *e, struct time_marks *m)
+{
+	m->release_ns = atomic_load(&e->release_ns);
+	m->map_ns = atomic_load(&e->map_ns);
+	m->host_prep_ns = atomic_load(&e->host_prep_ns);
+	m->host_pin_ns = atomic_load(&e->host_pin_ns);
+	m->setup_ns = atomic_load(&e->setup_ns);
 }
 
 /* ---- sleep --------------------------------------------------------------- */
@@ -537,13 +540,13 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 
 int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
 {
-	char message[DORMANT_ERROR_MAX];
+	char message[DORMANT_ERROR_MAX], rollback[DORMANT_ERROR_MAX];
 	struct xfer_totals undo = { 0 };
 	struct time_marks marks;
 	int r, rr;
 
 	memset(t, 0, sizeof(*t));
-	engine_times_mark(e, &marks);
+	times_mark(e, &marks);
 	r = devices_run(e, items, count, sleep_device, t);
 	/* REBUILD memory goes last, once every copy is done: a sleep that
 	 * fails before rolls back with it intact, and nothing is lost. */
@@ -558,18 +561,20 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 	 * the error says when it could not (t->rollback_failed). */
 	snprintf(message, sizeof(message), "%s", dormant_last_error());
 	rr = wake_items(e, items, count, &undo);
-	engine_warnings_add(t, &undo);
-	if (rr == 0) {
-		engine_wake_commit(e, items, count);
-		error_set(r, "%s", message);
-	} else {
+	if (rr < 0) {
 		t->rollback_failed = true;
-		error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
-			  dormant_last_error());
+		snprintf(rollback, sizeof(rollback), "%s", dormant_last_error());
 	}
-	/* Copies made for chunks that never left the device are not needed. */
+	engine_warnings_add(t, &undo);
+	/* What came back is the wake's; copies made for chunks that never
+	 * left the device are not needed. */
+	if (rr == 0)
+		engine_wake_commit(e, items, count);
 	engine_copies_done(e, items, count, false);
-	return r;
+	if (rr < 0)
+		return error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
+				 rollback);
+	return error_set(r, "%s", message);
 }
 
 /* ---- wake ---------------------------------------------------------------- */
@@ -809,7 +814,7 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 	int r;
 
 	memset(t, 0, sizeof(*t));
-	engine_times_mark(e, &marks);
+	times_mark(e, &marks);
 	r = wake_items(e, items, count, t);
 	engine_times_since(e, &marks, t);
 	engine_reclaim_warning(e, t);
