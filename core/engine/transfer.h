@@ -11,10 +11,16 @@
  *  - staging.c:  the pinned staging ring for host copies left unpinned;
  *  - mapper.c:   device memory of a wake: created and mapped ahead;
  *  - checksum.c: the chunks' checksums (verify.h);
- *  - hostcopy.c: host copies once their wake is done, as the host mode says;
- *  - state.c:    at the bottom, the engine's state and the accounting and
- *                timing the others report into (state.h);
- *  - transfer.c: on top, this interface: sleep, wake, release, rollback.
+ *  - hostcopy.c: host copies once their wake is done, as the host mode says,
+ *                and the wake's commit (engine_wake_commit());
+ *  - state.c:    at the bottom, the engine's state, the accounting, timing
+ *                and warnings the others report into, and a chunk's pieces
+ *                given back: a wake's undo (engine_wake_undo()) and a
+ *                chunk's end (engine_chunk_drop()) (state.h);
+ *  - transfer.c: on top, this interface: sleep (and its rollback), wake.
+ * The engine logs nothing (but two debug traces of reclaimable unpins): what
+ * went wrong without failing a transition is counted in its totals, the
+ * first warning's text kept (engine_warn()), for the manager to log.
  * Doors open one way: transfer.c calls the stages, the stages call state.c
  * (and a stage below them: pipeline.c uses staging.c, prepare.c hostcopy.c),
  * none calls transfer.c.
