@@ -18,7 +18,7 @@
  *                given back: a wake's undo (engine_wake_undo()) and a
  *                chunk's end (engine_chunk_drop()) (state.h);
  *  - transfer.c: on top, this interface: sleep (and its rollback), wake.
- * The engine logs nothing (but two debug traces of reclaimable unpins): what
+ * The engine logs nothing (but three debug traces of reclaimable unpins): what
  * went wrong without failing a transition is counted in its totals, the
  * first warning's text kept (engine_warn()), for the manager to log.
  * Doors open one way: transfer.c calls the stages, the stages call state.c
