@@ -9,7 +9,9 @@ void alloc_destroy(struct dormant *m, struct alloc *a)
 	struct chunk_owner owner = alloc_owner(a);
 
 	for (size_t i = 0; i < a->chunk_count; i++) {
-		engine_chunk_drop(&m->engine, &owner, &a->chunks[i]);
+		if (engine_chunk_drop(&m->engine, &owner, &a->chunks[i]) < 0)
+			log_write(&m->log, DORMANT_LOG_ERROR, "freeing an allocation: %s",
+				  dormant_last_error());
 		plan_finish(&a->chunks[i].plan);
 	}
 	marks_finish(&a->marks);

@@ -544,6 +544,9 @@ static int transition_move(struct dormant *m, struct transition *t)
 				engine_wake_commit(&m->engine, t->items, t->item_count);
 		}
 	}
+	if (t.totals.warnings) /* the engine's: the first, and how many */
+		log_write(&m->log, DORMANT_LOG_WARNING, "%s: %s (warnings: %u)", kind(&t),
+			  t.totals.warning, t.totals.warnings);
 	if (r < 0)
 		error_prefix(r, "%s", kind(t));
 

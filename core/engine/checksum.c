@@ -110,14 +110,13 @@ static int batch_hash(struct engine *e, int d, struct batch *bt)
 
 /* A backend without the kernel (-ENOTSUP: a driver that cannot load its
  * PTX) hashes nothing: sleeps and wakes go on unverified, said once. */
-static int unavailable(struct engine *e, int r)
+static int unavailable(struct engine *e, struct xfer_totals *t, int r)
 {
 	if (r != -ENOTSUP)
 		return r;
 	if (!atomic_exchange(&e->checksum_warned, true))
-		log_write(&e->log, DORMANT_LOG_WARNING,
-			  "chunks are neither verified nor skipped when unchanged: %s",
-			  dormant_last_error());
+		engine_warn(t, "chunks are neither verified nor skipped when unchanged: %s",
+			    dormant_last_error());
 	return 0;
 }
 
@@ -150,7 +149,7 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 		for (size_t i = 0; i < bt.count; i++)
 			bt.items[i]->chunk->retained = false;
 		batch_finish(&bt);
-		return unavailable(e, r);
+		return unavailable(e, t, r);
 	}
 	for (size_t i = 0; i < bt.count; i++) {
 		struct xfer_item *it = bt.items[i];
@@ -161,7 +160,7 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 		    c->sum_layout == layout &&
 		    checksum_equal(&c->sum, &bt.sums[i])) {
 			/* the host copy holds these very bytes: no copy */
-			r = engine_chunk_release(e, &it->owner, c);
+			r = engine_chunk_release(e, &it->owner, c, t);
 			if (r < 0)
 				break;
 			c->host_valid = true;
@@ -253,7 +252,7 @@ static void wake_free(struct verify_wake *w)
 }
 
 int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
-			struct verify_wake *w)
+			struct xfer_totals *t, struct verify_wake *w)
 {
 	struct backend *b = e->backend;
 	size_t runs = 0, bytes = 0;
@@ -261,6 +260,7 @@ int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t
 	memset(w, 0, sizeof(*w));
 	w->e = e;
 	w->device = d;
+	w->totals = t;
 	if (!atomic_load(&e->verify))
 		return 0;
 	for (size_t i = 0; i < count; i++)
@@ -272,7 +272,7 @@ int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t
 		return 0;
 	if (!b->ops->checksum_start) {
 		wake_free(w);
-		return unavailable(e, error_set(-ENOTSUP, "the %s backend cannot hash",
+		return unavailable(e, t, error_set(-ENOTSUP, "the %s backend cannot hash",
 						b->ops->name));
 	}
 	w->items = malloc(w->count * sizeof(*w->items));
@@ -323,7 +323,7 @@ static int wake_job(struct verify_wake *w)
 		return 0;
 	w->job = NULL;
 	error_prefix(r, "hashing %zu chunks on device %d", w->count, w->device);
-	r = unavailable(w->e, r);
+	r = unavailable(w->e, w->totals, r);
 	if (r == 0)
 		wake_free(w); /* no kernel: unverified */
 	return r;
@@ -414,13 +414,4 @@ out:
 	free(sums);
 	wake_free(w);
 	return r;
-}
-
-void checksum_commit(struct engine *e, struct xfer_item *it)
-{
-	struct chunk *c = it->chunk;
-
-	/* restored from a host copy that stays: what the next sleep compares */
-	c->retained = e->mode == DORMANT_HOST_RETAIN && xfer_is_keep(it) && c->host_valid &&
-		      c->sum_valid && c->host.ptr;
 }

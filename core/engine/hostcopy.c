@@ -2,6 +2,7 @@
 /* Host copies once their wake is done (hostcopy.h). */
 #include "hostcopy.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,21 +33,6 @@ bool engine_pinned_awake_reserve(struct engine *e, size_t size)
 	return true;
 }
 
-void engine_pinned_awake_unreserve(struct engine *e, size_t size)
-{
-	atomic_fetch_sub(&e->reclaim_pinned, size);
-}
-
-/* A chunk's host copy leaves (freed, or reclaimable after all): the room it
- * held under reclaimable_pinned_bytes goes back. */
-static void pinned_awake_end(struct engine *e, struct chunk *c)
-{
-	if (!c->pinned_awake)
-		return;
-	engine_pinned_awake_unreserve(e, c->host.size);
-	c->pinned_awake = false;
-}
-
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
 	struct deferred_free *job;
@@ -64,7 +50,7 @@ void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk
 		engine_host_free(e, held, c);
 		return;
 	}
-	pinned_awake_end(e, c);
+	engine_pinned_awake_end(e, c);
 	job->backend = e->backend;
 	job->buffer = c->host;
 	job->held = held;
@@ -72,41 +58,22 @@ void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk
 	workers_submit(e->workers, deferred_free_run, job);
 }
 
-void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c)
-{
-	size_t size;
-	bool counted;
-
-	engine_host_settle(e, &c->host);
-	size = c->host.size;
-	counted = !c->host.reclaimable;
-	pinned_awake_end(e, c);
-	hostbuf_free(e->backend, &c->host);
-	if (counted)
-		engine_account_host(held, -(int64_t)size);
-}
-
-/* Host mode reclaimable: a chunk's unpin and MADV_FREE, on a worker. It
- * works on a copy of the buffer (the chunk is its owner's, who waits for
- * done before touching the buffer: engine_host_settle()). */
-struct reclaim_job {
-	struct engine *e;
-	struct hostbuf buffer;
-	struct held_bytes *held;
-	bool done; /* under e->reclaim_lock */
-};
-
-/* Unpin and hand to the kernel; a failure of MADV_FREE is said once. */
+/* Unpin and hand to the kernel; a failure of MADV_FREE is kept, once, for
+ * the next transition's totals (engine_reclaim_warning()). */
 static void reclaim_pages(struct engine *e, struct hostbuf *hb, struct held_bytes *held)
 {
 	size_t size = hb->size;
 
 	log_write(&e->log, DORMANT_LOG_DEBUG,
 		  "unpinning a %zu-byte host copy for the kernel to reclaim", size);
-	if (hostbuf_make_reclaimable(e->backend, hb) != 0 &&
-	    !atomic_exchange(&e->reclaim_warned, true))
-		log_write(&e->log, DORMANT_LOG_WARNING, "host mode reclaimable: %s",
-			  dormant_last_error());
+	if (hostbuf_make_reclaimable(e->backend, hb) != 0) {
+		pthread_mutex_lock(&e->reclaim_lock);
+		if (!e->reclaim_warned)
+			snprintf(e->reclaim_warning, sizeof(e->reclaim_warning),
+				 "host mode reclaimable: %s", dormant_last_error());
+		e->reclaim_warned = true;
+		pthread_mutex_unlock(&e->reclaim_lock);
+	}
 	/* held until unpinned; what the kernel leaves shows as LazyFree */
 	engine_account_host(held, -(int64_t)size);
 }
@@ -122,23 +89,6 @@ static void reclaim_run(void *arg)
 	e->reclaims_pending--;
 	pthread_cond_broadcast(&e->reclaim_cond);
 	pthread_mutex_unlock(&e->reclaim_lock);
-}
-
-void engine_host_settle(struct engine *e, struct hostbuf *hb)
-{
-	struct reclaim_job *job = hb->reclaim;
-
-	if (!job)
-		return;
-	pthread_mutex_lock(&e->reclaim_lock);
-	if (!job->done)
-		log_write(&e->log, DORMANT_LOG_DEBUG,
-			  "waiting for the unpin of a %zu-byte host copy", hb->size);
-	while (!job->done)
-		pthread_cond_wait(&e->reclaim_cond, &e->reclaim_lock);
-	pthread_mutex_unlock(&e->reclaim_lock);
-	free(job);
-	hb->reclaim = NULL;
 }
 
 void engine_reclaims_wait(struct engine *e)
@@ -194,8 +144,36 @@ void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c
 {
 	if (!c->host.ptr || c->host.reclaimable)
 		return;
+	if (e->mode == DORMANT_HOST_RECLAIMABLE && pinned_awake_keeps(e, c))
+		return;
 	if (e->mode == DORMANT_HOST_RELEASE)
 		engine_host_release(e, held, c);
-	else if (e->mode == DORMANT_HOST_RECLAIMABLE && !pinned_awake_keeps(e, c))
+	else if (e->mode == DORMANT_HOST_RECLAIMABLE)
 		host_reclaim(e, held, c);
+}
+
+void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count,
+			bool restored)
+{
+	for (size_t i = 0; i < count; i++) {
+		struct xfer_item *it = &items[i];
+		struct chunk *c = it->chunk;
+
+		if (restored ? !it->mapped_here : !c->mapped)
+			continue;
+		/* restored from a host copy that stays (retain mode): what the
+		 * next sleep compares, by its hash */
+		if (restored)
+			c->retained = e->mode == DORMANT_HOST_RETAIN && xfer_is_keep(it) &&
+				      c->host_valid && c->sum_valid && c->host.ptr;
+		c->host_valid = false;
+		engine_host_done(e, it->owner.held, c);
+		/* a disk copy is never kept: its file goes, retain mode or not */
+		engine_disk_release(it->owner.held, c);
+	}
+}
+
+void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
+{
+	engine_copies_done(e, items, count, true);
 }

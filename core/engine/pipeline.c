@@ -41,7 +41,7 @@ static int complete_oldest(struct pipeline *p)
 		struct xfer_item *it = f.item;
 
 		it->chunk->host_valid = true;
-		r = engine_chunk_release(e, &it->owner, it->chunk);
+		r = engine_chunk_release(e, &it->owner, it->chunk, p->totals);
 		if (r < 0)
 			return r;
 		it->change->bytes_released += it->chunk->size;
@@ -452,9 +452,8 @@ int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
 	}
 	/* Registering failed: the copy goes through the staging ring instead,
 	 * from its start unless every piece is queued already. */
-	log_write(&e->log, DORMANT_LOG_WARNING,
-		  "host copy stays unpinned (copied through the staging ring): %s",
-		  dormant_last_error());
+	engine_warn(p->totals, "host copy stays unpinned (copied through the staging ring): %s",
+		    dormant_last_error());
 	r = pin_undo(p, &pa, true);
 	if (r < 0 || tail)
 		return r; /* tail: copied; a wake copies it back through the ring */

@@ -74,7 +74,10 @@ struct engine {
 	pthread_mutex_t reclaim_lock;
 	pthread_cond_t reclaim_cond;
 	unsigned reclaims_pending;
-	_Atomic bool reclaim_warned; /* said once that MADV_FREE failed */
+	/* MADV_FREE failed (said once): its message, until the next sleep or
+	 * wake hands it to the manager in its totals; under reclaim_lock */
+	bool reclaim_warned;
+	char reclaim_warning[DORMANT_ERROR_MAX];
 	/* host mode reclaimable: host copies of up to reclaim_pinned_max bytes
 	 * stay pinned after a wake (struct chunk's pinned_awake), so that the
 	 * next sleep copies into them while it pins the others; reclaim_pinned:
@@ -102,6 +105,21 @@ struct xfer_totals {
 	struct dormant_transition_times times; /* copy_s and the calls' times: at the end */
 	struct dormant_wake_copy wake_copy;    /* wake: what copied (wakecopy.h) */
 	bool rollback_failed; /* sleep: some chunks could not be restored */
+	/* what went wrong without failing the transition (a fallback, memory
+	 * that could not be given back): how many, and the first one's text;
+	 * the manager logs it (engine_warn()) */
+	unsigned warnings;
+	char warning[DORMANT_ERROR_MAX];
+};
+
+/* Host mode reclaimable: a chunk's unpin and MADV_FREE, on a worker
+ * (hostcopy.c queues it). It works on a copy of the buffer: the chunk's
+ * owner waits for done before touching the buffer (engine_host_settle()). */
+struct reclaim_job {
+	struct engine *e;
+	struct hostbuf buffer;
+	struct held_bytes *held;
+	bool done; /* under e->reclaim_lock */
 };
 
 /* Kept: copied on sleep and restored on wake, to host memory or disk. */
@@ -114,19 +132,71 @@ static inline bool xfer_is_disk(const struct xfer_item *it)
 {
 	return it->policy == DORMANT_DISK;
 }
-/* Unmap and release a mapped chunk, with accounting. */
-int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c);
+/* Tell the manager something that went wrong without failing the
+ * transition: counted in t, the first one's text kept. */
+void engine_warn(struct xfer_totals *t, const char *fmt, ...) PRINTF_LIKE(2, 3);
+/* Add src's warnings to dst's (dst's first stays first). */
+void engine_warnings_add(struct xfer_totals *dst, const struct xfer_totals *src);
 /* Add the seconds since start (now_monotonic_s()) to a time counter. */
-static inline void engine_time_add(_Atomic uint64_t *ns, double start)
-{
-	atomic_fetch_add(ns, (uint64_t)((now_monotonic_s() - start) * 1e9));
-}
+void engine_time_add(_Atomic uint64_t *ns, double start);
 /* Count device bytes mapped for an owner (atomic: any thread). */
 void engine_account_device(struct engine *e, const struct chunk_owner *o, int64_t delta);
 /* Count host bytes held for a tag. */
 void engine_account_host(struct held_bytes *held, int64_t delta);
-
 /* Count disk bytes held for a tag. */
 void engine_account_disk(struct held_bytes *held, int64_t delta);
+
+/* A failure of MADV_FREE on a worker since the last call (said once in the
+ * engine's life; hostcopy.c keeps it under reclaim_lock): told in t. */
+void engine_reclaim_warning(struct engine *e, struct xfer_totals *t);
+
+/* The calls' times of one transition (dormant_transition_times), from the
+ * engine's counters: marked when it starts (transfer.c), told into t when
+ * it ends. */
+struct time_marks {
+	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
+};
+void engine_times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t);
+
+/* ---- a chunk's pieces, given back ----------------------------------------- *
+ * Each with its accounting, from any thread; the stages and transfer.c call
+ * them, and the manager engine_chunk_drop() (through transfer.h). */
+
+/* Unmap and release a mapped chunk's device memory. Returns a negative errno
+ * when it could not be unmapped (it stays mapped). Once unmapped, physical
+ * memory that cannot be released is told in t (engine_warn()); with t NULL
+ * it is returned as the failure (the chunk is unmapped all the same). */
+int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c,
+			 struct xfer_totals *t);
+/* Release the mapped chunks of one policy on device d (-1: every device),
+ * counted in t and their tags' changes; stops at the first that fails. */
+int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
+			  struct xfer_item *items, size_t count, struct xfer_totals *t);
+/* Give back what a wake mapped (the items' mapped_here): after a failed
+ * wake, or a rebuild callback that failed (the host copies stay intact for
+ * a retry). A chunk that cannot be unmapped is told in t. */
+void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
+		      struct xfer_totals *t);
+/* Host mode reclaimable: wait until hb's unpin is done, if one was queued
+ * (hostcopy.c), and forget it: whoever touches a reclaimable buffer (reuses,
+ * frees) calls this first. Any thread; not from a worker job. */
+void engine_host_settle(struct engine *e, struct hostbuf *hb);
+/* Give back room taken under reclaimable_pinned_bytes (a host copy kept
+ * pinned while awake is freed, or unpinned after all). Any thread. */
+void engine_pinned_awake_unreserve(struct engine *e, size_t size);
+/* A chunk's host copy leaves (freed, or reclaimable after all): the room it
+ * held under reclaimable_pinned_bytes, if any, goes back. */
+void engine_pinned_awake_end(struct engine *e, struct chunk *c);
+/* Free a chunk's host buffer now, taking it off the tag's host bytes (a
+ * reclaimable one is off them already); waits for its unpin first. */
+void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c);
+/* Remove a chunk's disk copy, if it has one (the file goes with its last
+ * descriptor). */
+void engine_disk_release(struct held_bytes *held, struct chunk *c);
+/* A chunk's end (a free, the manager's end): its device memory, its host
+ * copy and its disk copy given back, in this order, each with its
+ * accounting. Returns a negative errno, the error set, when its device
+ * memory could not be unmapped or released; the copies go either way. */
+int engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c);
 
 #endif

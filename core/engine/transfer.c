@@ -84,15 +84,6 @@ static int disk_ready(struct engine *e, int d, struct xfer_item *items, size_t c
 	return 0;
 }
 
-/* Remove a chunk's disk copy (the file goes with its descriptor). */
-static void disk_release(struct held_bytes *held, struct chunk *c)
-{
-	if (!c->disk.open)
-		return;
-	engine_account_disk(held, -(int64_t)c->disk.size);
-	diskfile_close(&c->disk);
-}
-
 /* ---- per-device resources ------------------------------------------------ */
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
@@ -203,18 +194,6 @@ int engine_device_setup(struct engine *e, int d)
 	return r;
 }
 
-void engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c)
-{
-	if (c->mapped && engine_chunk_release(e, o, c) < 0)
-		log_write(&e->log, DORMANT_LOG_ERROR, "freeing an allocation: %s",
-			  dormant_last_error());
-	if (c->host.ptr)
-		engine_host_free(e, o->held, c);
-	disk_release(o->held, c);
-	c->host_valid = false;
-	c->retained = false;
-}
-
 /* ---- devices at once ----------------------------------------------------- */
 
 /* A tag's counters in the report, as one device adds to them. */
@@ -275,6 +254,7 @@ static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, b
 	TOTALS_TIME(times.checksum_s);
 #undef TOTALS_TIME
 	dst->rollback_failed |= src->rollback_failed;
+	engine_warnings_add(dst, src);
 	wake_copy_report_add(&dst->wake_copy, &src->wake_copy);
 }
 
@@ -330,26 +310,6 @@ static int device_stop(struct engine *e, int d)
 	return error_set(-ECANCELED, "device %d stopped: another device failed", d);
 }
 
-/* One after another, on the calling thread, with the shared counters: when
- * the runs cannot be allocated. */
-static int devices_run_serial(struct engine *e, const bool *used, struct xfer_item *items,
-			      size_t count,
-			      int (*fn)(struct engine *e, int d, struct xfer_item *items,
-					size_t count, struct xfer_totals *t),
-			      struct xfer_totals *t)
-{
-	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
-		int r;
-
-		if (!used[d])
-			continue;
-		r = fn(e, d, items, count, t);
-		if (r < 0)
-			return error_prefix(r, "device %d", d);
-	}
-	return 0;
-}
-
 /*
  * Run fn for every device that items have chunks on, each on a thread of its
  * own (the first on the calling thread), and wait for all. Each adds to its
@@ -385,7 +345,7 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 	}
 	runs = calloc(n, sizeof(*runs));
 	if (!runs)
-		return devices_run_serial(e, used, items, count, fn, t);
+		goto serial;
 	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
 		if (used[d])
 			runs[k++] = (struct device_run){ .e = e, .device = d, .items = items,
@@ -445,13 +405,22 @@ static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
 						     runs[k].error);
 	free(runs);
 	return error_set(r, "%s", message);
+
+serial:
+	/* No memory for the runs: one after another, on the calling thread,
+	 * with the shared counters. */
+	for (int d = 0; d < DORMANT_DEVICES_MAX; d++) {
+		if (!used[d])
+			continue;
+		r = fn(e, d, items, count, t);
+		if (r < 0)
+			return error_prefix(r, "device %d", d);
+	}
+	return 0;
 }
 
-/* The calls' times of one transition, from the engine's counters. */
-struct time_marks {
-	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
-};
-
+/* The engine's time counters as a transition starts (state.h: struct
+ * time_marks); engine_times_since() tells the times since into its totals. */
 static void times_mark(struct engine *e, struct time_marks *m)
 {
 	m->release_ns = atomic_load(&e->release_ns);
@@ -461,37 +430,7 @@ static void times_mark(struct engine *e, struct time_marks *m)
 	m->setup_ns = atomic_load(&e->setup_ns);
 }
 
-static void times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
-{
-	t->times.release_s = (double)(atomic_load(&e->release_ns) - m->release_ns) / 1e9;
-	t->times.map_s = (double)(atomic_load(&e->map_ns) - m->map_ns) / 1e9;
-	t->times.host_prep_s = (double)(atomic_load(&e->host_prep_ns) - m->host_prep_ns) / 1e9;
-	t->times.host_pin_s = (double)(atomic_load(&e->host_pin_ns) - m->host_pin_ns) / 1e9;
-	t->times.setup_s = (double)(atomic_load(&e->setup_ns) - m->setup_ns) / 1e9;
-	t->times.copy_s = t->copy_s;
-}
-
 /* ---- sleep --------------------------------------------------------------- */
-
-/* Release the mapped chunks of one policy on device d (-1: every device). */
-static int release_policy(struct engine *e, int d, enum dormant_policy policy,
-			  struct xfer_item *items, size_t count, struct xfer_totals *t)
-{
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-		int r;
-
-		if ((d >= 0 && it->owner.device != d) || it->policy != policy ||
-		    !it->chunk->mapped)
-			continue;
-		r = engine_chunk_release(e, &it->owner, it->chunk);
-		if (r < 0)
-			return r;
-		it->change->bytes_released += it->chunk->size;
-		t->released += it->chunk->size;
-	}
-	return 0;
-}
 
 static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t count,
 			struct xfer_totals *t)
@@ -539,7 +478,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		}
 		if (c->plan.kept == 0) {
 			/* a slab's free tail, or all marked unused: nothing to keep */
-			r = engine_chunk_release(e, &it->owner, c);
+			r = engine_chunk_release(e, &it->owner, c, t);
 			if (r < 0)
 				goto err;
 			it->change->bytes_released += c->size;
@@ -549,7 +488,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			/* a retained host copy would hold nothing now */
 			if (c->host.ptr)
 				engine_host_release(e, it->owner.held, c);
-			disk_release(it->owner.held, c);
+			engine_disk_release(it->owner.held, c);
 			continue;
 		}
 		if (xfer_is_disk(it)) {
@@ -572,7 +511,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		/* The first copies are queued: release DISCARD memory while
 		 * they run. */
 		if (!discards_done) {
-			r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
+			r = engine_release_policy(e, d, DORMANT_DISCARD, items, count, t);
 			if (r < 0)
 				goto err;
 			discards_done = true;
@@ -583,7 +522,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		goto err;
 	prep_finish(&prep);
 	if (!discards_done) {
-		r = release_policy(e, d, DORMANT_DISCARD, items, count, t);
+		r = engine_release_policy(e, d, DORMANT_DISCARD, items, count, t);
 		if (r < 0)
 			return r;
 	}
@@ -601,7 +540,7 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 
 int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
 {
-	char message[DORMANT_ERROR_MAX];
+	char message[DORMANT_ERROR_MAX], rollback[DORMANT_ERROR_MAX];
 	struct xfer_totals undo = { 0 };
 	struct time_marks marks;
 	int r, rr;
@@ -612,58 +551,33 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 	/* REBUILD memory goes last, once every copy is done: a sleep that
 	 * fails before rolls back with it intact, and nothing is lost. */
 	if (r == 0)
-		r = release_policy(e, -1, DORMANT_REBUILD, items, count, t);
-	times_since(e, &marks, t);
+		r = engine_release_policy(e, -1, DORMANT_REBUILD, items, count, t);
+	engine_times_since(e, &marks, t);
+	engine_reclaim_warning(e, t);
 	if (r == 0)
 		return 0;
 
-	/* Roll back: what was released comes back, restored from the host. */
+	/* Roll back: what was released comes back, restored from the host;
+	 * the error says when it could not (t->rollback_failed). */
 	snprintf(message, sizeof(message), "%s", dormant_last_error());
-	log_write(&e->log, DORMANT_LOG_WARNING, "sleep failed, rolling back: %s", message);
 	rr = wake_items(e, items, count, &undo);
-	if (rr == 0)
-		engine_wake_commit(e, items, count);
 	if (rr < 0) {
 		t->rollback_failed = true;
-		log_write(&e->log, DORMANT_LOG_ERROR, "rollback failed: %s", dormant_last_error());
-		error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
-			  dormant_last_error());
-	} else {
-		error_set(r, "%s", message);
+		snprintf(rollback, sizeof(rollback), "%s", dormant_last_error());
 	}
-	/* Copies made for chunks that never left the device are not needed. */
-	for (size_t i = 0; i < count; i++) {
-		struct chunk *c = items[i].chunk;
-
-		if (c->mapped) {
-			c->host_valid = false;
-			engine_host_done(e, items[i].owner.held, c);
-			disk_release(items[i].owner.held, c);
-		}
-	}
-	return r;
+	engine_warnings_add(t, &undo);
+	/* What came back is the wake's; copies made for chunks that never
+	 * left the device are not needed. */
+	if (rr == 0)
+		engine_wake_commit(e, items, count);
+	engine_copies_done(e, items, count, false);
+	if (rr < 0)
+		return error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
+				 rollback);
+	return error_set(r, "%s", message);
 }
 
 /* ---- wake ---------------------------------------------------------------- */
-
-static void unmap_fresh(struct engine *e, struct xfer_item *items, size_t count,
-			struct xfer_totals *t)
-{
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-
-		if (!it->mapped_here)
-			continue;
-		it->mapped_here = false;
-		if (engine_chunk_release(e, &it->owner, it->chunk) < 0) {
-			log_write(&e->log, DORMANT_LOG_ERROR, "undoing a wake: %s",
-				  dormant_last_error());
-			continue;
-		}
-		it->change->bytes_mapped -= it->chunk->size;
-		t->mapped -= it->chunk->size;
-	}
-}
 
 struct gap_fill {
 	struct engine *e;
@@ -773,7 +687,8 @@ err_mapper:
  * unless the copy engines were asked for, load the copy kernel first (and
  * run it once, empty), so that neither its load nor its first launch is
  * timed; a device that cannot run it copies with the copy engines. */
-static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc)
+static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc,
+			    struct xfer_totals *t)
 {
 	struct backend *b = e->backend;
 	bool kernel_ok = false;
@@ -782,8 +697,8 @@ static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc)
 		kernel_ok = b->ops->copy_to_device_kernel(b, d, 0, NULL, 0,
 							  e->devices[d].stream) == 0;
 		if (!kernel_ok && !atomic_exchange(&e->copy_kernel_warned, true))
-			log_write(&e->log, DORMANT_LOG_WARNING,
-				  "wakes copy with the copy engines: %s", dormant_last_error());
+			engine_warn(t, "wakes copy with the copy engines: %s",
+				    dormant_last_error());
 		if (!kernel_ok)
 			error_clear();
 	}
@@ -856,9 +771,9 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 	if (atomic_load(&e->devices_stop))
 		return device_stop(e, d);
 
-	wake_copy_begin(e, d, &wc);
+	wake_copy_begin(e, d, &wc, t);
 	start = now_monotonic_s();
-	r = checksum_wake_start(e, d, items, count, &vw);
+	r = checksum_wake_start(e, d, items, count, t, &vw);
 	if (r < 0)
 		return r;
 	r = restore_device(e, d, items, count, t, &vw, &wc);
@@ -889,7 +804,7 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 		items[i].mapped_here = false;
 	r = devices_run(e, items, count, wake_device, t);
 	if (r < 0)
-		unmap_fresh(e, items, count, t);
+		engine_wake_undo(e, items, count, t);
 	return r;
 }
 
@@ -901,29 +816,7 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 	memset(t, 0, sizeof(*t));
 	times_mark(e, &marks);
 	r = wake_items(e, items, count, t);
-	times_since(e, &marks, t);
+	engine_times_since(e, &marks, t);
+	engine_reclaim_warning(e, t);
 	return r;
-}
-
-void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count)
-{
-	/* The data is on the device: host copies are no longer needed. */
-	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
-		struct chunk *c = it->chunk;
-
-		if (!it->mapped_here)
-			continue;
-		checksum_commit(e, it);
-		c->host_valid = false;
-		engine_host_done(e, it->owner.held, c);
-		/* a disk copy is never kept: its file goes, retain mode or not */
-		disk_release(it->owner.held, c);
-	}
-}
-
-void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t)
-{
-	unmap_fresh(e, items, count, t);
 }

@@ -11,10 +11,16 @@
  *  - staging.c:  the pinned staging ring for host copies left unpinned;
  *  - mapper.c:   device memory of a wake: created and mapped ahead;
  *  - checksum.c: the chunks' checksums (verify.h);
- *  - hostcopy.c: host copies once their wake is done, as the host mode says;
- *  - state.c:    at the bottom, the engine's state and the accounting and
- *                timing the others report into (state.h);
- *  - transfer.c: on top, this interface: sleep, wake, release, rollback.
+ *  - hostcopy.c: host copies once their wake is done, as the host mode says,
+ *                and the wake's commit (engine_wake_commit());
+ *  - state.c:    at the bottom, the engine's state, the accounting, timing
+ *                and warnings the others report into, and a chunk's pieces
+ *                given back: a wake's undo (engine_wake_undo()) and a
+ *                chunk's end (engine_chunk_drop()) (state.h);
+ *  - transfer.c: on top, this interface: sleep (and its rollback), wake.
+ * The engine logs nothing (but three debug traces of reclaimable unpins): what
+ * went wrong without failing a transition is counted in its totals, the
+ * first warning's text kept (engine_warn()), for the manager to log.
  * Doors open one way: transfer.c calls the stages, the stages call state.c
  * (and a stage below them: pipeline.c uses staging.c, prepare.c hostcopy.c),
  * none calls transfer.c.
@@ -74,9 +80,7 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
  * (a rebuild callback failed: give back what engine_wake() mapped, the host
  * copies intact for a retry). */
 int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
-void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
-void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t);
+/* (engine_wake_commit() is hostcopy.h's, engine_wake_undo() state.h's.) */
 
 /* Set device d up for transitions, once (a transition's first step, or
  * ahead of it: the warm-up): its streams and events, the backend's checksum
@@ -84,8 +88,5 @@ void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
  * and, when host copies go unpinned, the staging ring. Timed into setup_s.
  * Not while a transition runs on the engine. */
 int engine_device_setup(struct engine *e, int d);
-
-/* Give back a chunk's memory, with accounting: used by free and destroy. */
-void engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c);
 
 #endif

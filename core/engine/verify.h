@@ -16,8 +16,8 @@
  *    back once, after the last copy, and compared. A mismatch fails the
  *    wake (-EIO, the chunk named) and, as every failed wake, leaves the tags
  *    asleep with their host copies.
- *  - wake commit (checksum_commit()): remember, per chunk, that its retained
- *    host copy holds what the device now has.
+ *  - wake commit (engine_copies_done(), hostcopy.h): remember, per chunk,
+ *    that its retained host copy holds what the device now has.
  * Ranges marked unused and slab holes are not copied and come back zero:
  * they are not hashed, the runs are (extent.h).
  */
@@ -32,6 +32,7 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 struct verify_wake {
 	struct engine *e;
 	int device;
+	struct xfer_totals *totals; /* the device's: what it tells (engine_warn()) */
 	bool active;              /* chunks to verify, and a kernel (so far) */
 	void *job;                /* the backend's, from the first group on */
 	struct xfer_item **items; /* the chunks hashed, in restore order */
@@ -46,9 +47,9 @@ struct verify_wake {
 /* Before the restore of device d's chunks: which are verified, in which
  * groups. The backend's job (work buffer, range table) is made when the
  * first group's copies are queued; a backend that cannot hash then warns
- * once and the wake goes on unverified. */
+ * once (in t) and the wake goes on unverified. */
 int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
-			struct verify_wake *w);
+			struct xfer_totals *t, struct verify_wake *w);
 /* After the restore queued the copies of it (event recorded after the last
  * of them on the copy stream): the hash of its group, once complete, is
  * queued behind event. Chunks must come in items order. */
@@ -59,6 +60,5 @@ int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t);
 /* After a failed restore: wait for the hashes queued (they read the chunks'
  * memory, which the failed wake then unmaps) and free w. */
 void checksum_wake_abort(struct verify_wake *w);
-void checksum_commit(struct engine *e, struct xfer_item *it);
 
 #endif
