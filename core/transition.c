@@ -544,9 +544,6 @@ static int transition_move(struct dormant *m, struct transition *t)
 				engine_wake_commit(&m->engine, t->items, t->item_count);
 		}
 	}
-	if (t.totals.warnings) /* the engine's: the first, and how many */
-		log_write(&m->log, DORMANT_LOG_WARNING, "%s: %s (warnings: %u)", kind(&t),
-			  t.totals.warning, t.totals.warnings);
 	if (r < 0)
 		error_prefix(r, "%s", kind(t));
 
@@ -620,6 +617,9 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 		snprintf(residue, sizeof(residue), "; residue %s in %.3f s", step->op, step->seconds);
 	else if (step->op[0] && r == 0)
 		snprintf(residue, sizeof(residue), "; the residue stays: %s", step->error);
+	if (t->totals.warnings) /* the engine's: the first, and how many */
+		log_write(&m->log, DORMANT_LOG_WARNING, "%s: %s (warnings: %u)", kind(t),
+			  t->totals.warning, t->totals.warnings);
 	log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
 		  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, %llu zeroed"
 		  "%s%s%s%s%s",
