@@ -680,6 +680,7 @@ static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size
 	size_t granularity, reserved, chunk_bytes, count;
 	struct alloc *a;
 	struct chunk_owner owner;
+	char why[DORMANT_ERROR_MAX];
 	uintptr_t va;
 	size_t mapped = 0;
 	int r;
@@ -728,9 +729,13 @@ static int alloc_map(struct dormant *m, struct tag *tag, int policy, size_t size
 	return 0;
 
 err_unmap:
+	snprintf(why, sizeof(why), "%s", dormant_last_error());
 	while (mapped--)
-		engine_chunk_drop(&m->engine, &owner, &a->chunks[mapped]);
+		if (engine_chunk_drop(&m->engine, &owner, &a->chunks[mapped]) < 0)
+			log_write(&m->log, DORMANT_LOG_WARNING, "undoing an allocation: %s",
+				  dormant_last_error());
 	b->ops->va_free(b, va, reserved);
+	error_set(r, "%s", why); /* the failure the caller gets */
 err_free:
 	free(a);
 	return r;
