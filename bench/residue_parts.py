@@ -4,7 +4,12 @@ nvidia-smi charges to this process after each step that adds to it, with
 nothing of PyTorch's own cached (empty_cache() after each step), and what
 shrinking the context's limits gives back. Prints one line per step:
 
-  python3 bench/residue_parts.py [--nccl]
+  python3 bench/residue_parts.py [--nccl [--one-rank-ctas N]]
+
+--one-rank-ctas N makes the three extra (one-rank) groups with their NCCL
+config's max_ctas capped at N (ProcessGroupNCCL.Options): a one-rank
+collective uses no channel (NCCL's ncclLaunchOneRank), yet each one-rank
+communicator gets NCCL's full count of channels, with their buffers.
 """
 import ctypes
 import os
@@ -78,10 +83,19 @@ def main():
         t = torch.ones(1 << 20, device="cuda")
         dist.all_reduce(t)
         step("NCCL: one communicator, all_reduce")
-        groups = [dist.new_group([0]) for _ in range(3)]
+        ctas = None
+        if "--one-rank-ctas" in sys.argv:
+            ctas = int(sys.argv[sys.argv.index("--one-rank-ctas") + 1])
+        options = None
+        if ctas is not None:
+            options = dist.ProcessGroupNCCL.Options()
+            options.config.min_ctas = 1
+            options.config.max_ctas = ctas
+        groups = [dist.new_group([0], pg_options=options) for _ in range(3)]
         for g in groups:
             dist.all_reduce(t, group=g)
-        step("NCCL: three more communicators")
+        step("NCCL: three more communicators" +
+             ("" if ctas is None else f" (max_ctas {ctas})"))
     print("limits:", limits(cu), flush=True)
     for name, which, value in (("stack", CU_LIMIT_STACK_SIZE, 1024),
                                ("heap", CU_LIMIT_MALLOC_HEAP_SIZE, 1 << 20),
