@@ -166,10 +166,11 @@ void engine_pinned_awake_end(struct engine *e, struct chunk *c)
 
 void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
-	engine_host_settle(e, &c->host);
+	/* off the books first, then wait for its unpin and free it */
 	engine_pinned_awake_end(e, c);
 	if (!c->host.reclaimable) /* a reclaimable one is off them already */
 		engine_account_host(held, -(int64_t)c->host.size);
+	engine_host_settle(e, &c->host);
 	hostbuf_free(e->backend, &c->host);
 }
 

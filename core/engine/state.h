@@ -187,8 +187,8 @@ void engine_pinned_awake_unreserve(struct engine *e, size_t size);
 /* A chunk's host copy leaves (freed, or reclaimable after all): the room it
  * held under reclaimable_pinned_bytes, if any, goes back. */
 void engine_pinned_awake_end(struct engine *e, struct chunk *c);
-/* Free a chunk's host buffer now, taking it off the tag's host bytes (a
- * reclaimable one is off them already); waits for its unpin first. */
+/* Free a chunk's host buffer now: off the tag's host bytes (a reclaimable
+ * one is off them already), then, once its unpin is done, freed. */
 void engine_host_free(struct engine *e, struct held_bytes *held, struct chunk *c);
 /* Remove a chunk's disk copy, if it has one (the file goes with its last
  * descriptor). */
