@@ -11,8 +11,8 @@
 #include "benchutil.h"
 #include "dormant-bench.h"
 #include "hostbuf.h"
-#include "manager.h"
 #include "pinned.h"
+#include "support.h"
 
 /* One direction over the whole buffer, as one stream of piece-sized copies
  * (a copy must not cross a pinned piece), timed to the last one's event. */
@@ -42,7 +42,7 @@ static int ceiling_copy(struct backend *be, int d, const struct hostbuf *host, u
 int ceiling_measure(struct bench *b)
 {
 	struct ceiling *c = &b->ceiling;
-	struct backend *be = b->m->backend;
+	struct backend *be = support_backend(b->m);
 	const struct backend_ops *ops = be->ops;
 	int d = b->device;
 	size_t bytes = b->opt.keep_bytes;

@@ -6,7 +6,9 @@ and core share is in common/), core/ knows nothing of HTTP or JSON, api/
 nothing of sockets nor any header of server/, common/ no header of core/,
 api/ or server/, and no room's meson.build puts a higher room's folder on
 its include path. bench/ is exempt for the files that time the backend and
-host buffers directly (BENCH_INTERNALS), against the static core.
+host buffers directly (BENCH_INTERNALS), against the static core: they see
+the lower rooms' interfaces and the core's test-support header (support.h),
+never the manager's own headers (BENCH_MAY).
 
 Inside core/, three rooms whose doors open one way: core/backends/ (the
 device interface, its implementations, the hash) at the bottom includes
@@ -58,6 +60,22 @@ def test_core_private_headers_stay_in_core():
              for name in includes(text) if name in private]
     assert not found, ("core's private headers included outside core/ (move what is shared "
                        f"to common/): {found}")
+
+
+# What bench/'s BENCH_INTERNALS may include of core's private headers: the
+# core's test-support door (support.h) and the lower rooms' interfaces; never
+# the manager's own headers.
+BENCH_MAY = {"support.h", "backend.h", "hostbuf.h", "workers.h", "util.h"}
+
+
+def test_bench_reaches_the_manager_through_its_support_header_only():
+    private = {p.name for p in (REPO / "core").rglob("*.h")} - PUBLIC
+    assert BENCH_MAY <= private
+    found = [f"{rel}: {name}" for rel, text in sources("bench")
+             if rel.as_posix() in BENCH_INTERNALS
+             for name in includes(text) if name in private and name not in BENCH_MAY]
+    assert not found, ("bench/ includes a private header of the manager: use core/support.h "
+                       f"(the test-support door) instead: {found}")
 
 
 def test_core_knows_no_http_nor_json():
@@ -241,7 +259,7 @@ FLOORS = {
         {"manager_state"},
         {"alloc"},
         {"manager", "warmup", "guard", "backup", "torch", "transition", "manager_verify",
-         "residue_helper"},
+         "residue_helper", "support"},
     ],
 }
 
