@@ -427,6 +427,8 @@ static int residue_before_wake(struct dormant *m, struct transition *t)
 	uint64_t need[DORMANT_DEVICES_MAX];
 	int r;
 
+	if (!residue_checkpointed(&m->residue))
+		return 0; /* the common case: nothing to measure, nothing to take */
 	pthread_mutex_lock(&m->lock);
 	wake_need(t, need);
 	pthread_mutex_unlock(&m->lock);

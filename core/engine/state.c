@@ -86,15 +86,14 @@ int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct c
 		released = b->ops->mem_release(b, o->device, c->handle);
 	}
 	engine_time_add(&e->release_ns, start);
-	if (unmapped == 0 && (released == 0 || t)) {
-		if (released < 0)
-			engine_warn(t, "releasing physical memory: %s", dormant_last_error());
-		return 0;
-	}
 	if (unmapped < 0)
 		return error_prefix(unmapped, "unmapping %zu bytes at %#lx", c->size,
 				    (unsigned long)c->va);
-	return error_prefix(released, "releasing physical memory");
+	if (released < 0 && !t)
+		return error_prefix(released, "releasing physical memory");
+	if (released < 0)
+		engine_warn(t, "releasing physical memory: %s", dormant_last_error());
+	return 0;
 }
 
 int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
