@@ -11,6 +11,9 @@ DIR must be on the disk to measure (not tmpfs: that is host memory). Rows,
 each program in a process of its own:
   - dd: `dd bs=64M oflag=direct` writing --gib GiB to DIR, then `iflag=direct`
     reading it back (the page cache bypassed, as dormant's O_DIRECT files);
+  - ddN: the same with --dd-streams (4) dd processes at once, each its own
+    part of the file: the ceiling of a disk that serves several requests at
+    once, as dormant's reads and writes keep several in flight;
   - dormant API: a tag with policy "disk" holding --gib GiB of random bytes,
     Manager.sleep() and wake() (the reports' durations), checksums verified;
   - dormant (the switch): torch_memory_saver's program (region(
@@ -50,20 +53,38 @@ def drop_caches():
         pass
 
 
-def dd_row(directory, gib, cycles):
+def dd_row(directory, gib, cycles, streams=1):
+    """dd with O_DIRECT, in 64 MiB blocks: one stream, or `streams` dd
+    processes at once, each writing then reading its own part of one file
+    (a disk that serves several requests at once is faster so: the ceiling
+    the wake's reads, several in flight, are held against)."""
     path = pathlib.Path(directory) / f"dormant-bench-dd-{os.getpid()}.bin"
     count = int(gib * GiB) // (64 << 20)
-    out = {"label": "dd O_DIRECT (the disk's ceiling)", "cycles": []}
+    share = [count // streams + (1 if i < count % streams else 0) for i in range(streams)]
+    start = [sum(share[:i]) for i in range(streams)]
+    label = ("dd O_DIRECT (the disk's ceiling)" if streams == 1
+             else f"dd O_DIRECT, {streams} streams at once")
+    out = {"label": label, "streams": streams, "cycles": []}
+
+    def run_all(commands):
+        procs = [subprocess.Popen(c) for c in commands]
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            raise subprocess.CalledProcessError(max(codes), commands[0])
+
     try:
         for _ in range(cycles):
+            path.unlink(missing_ok=True)
             t0 = time.perf_counter()
-            subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64M", f"count={count}",
-                            "oflag=direct", "conv=fsync", "status=none"], check=True)
+            run_all([["dd", "if=/dev/zero", f"of={path}", "bs=64M", f"count={n}", f"seek={s}",
+                      "oflag=direct", "conv=notrunc,fsync", "status=none"]
+                     for n, s in zip(share, start) if n])
             t1 = time.perf_counter()
             drop_caches()
             t2 = time.perf_counter()
-            subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=64M", "iflag=direct",
-                            "status=none"], check=True)
+            run_all([["dd", f"if={path}", "of=/dev/null", "bs=64M", f"count={n}", f"skip={s}",
+                      "iflag=direct", "status=none"]
+                     for n, s in zip(share, start) if n])
             t3 = time.perf_counter()
             out["cycles"].append({"sleep_s": t1 - t0, "wake_s": t3 - t2,
                                   "bytes": count * (64 << 20), "intact": True,
@@ -167,14 +188,20 @@ def main():
     ap.add_argument("--tms-src", help="torch_memory_saver built in place (row left out without)")
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--timeout-s", type=int, default=600, help="per program")
-    ap.add_argument("--rows", default="dd,api,switch,tms",
-                    help="which rows, comma-separated: dd, api, switch, tms (default all)")
+    ap.add_argument("--rows", default="dd,ddN,api,switch,tms",
+                    help="which rows, comma-separated: dd, ddN (--dd-streams dd at once), "
+                         "api, switch, tms (default all)")
+    ap.add_argument("--dd-streams", type=int, default=4,
+                    help="how many dd processes the ddN row runs at once (default 4)")
     ap.add_argument("--worker", choices=("api", "tms"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
-    unknown = wanted - {"dd", "api", "switch", "tms"}
+    unknown = wanted - {"dd", "ddN", "api", "switch", "tms"}
     if unknown or not wanted:
-        ap.error(f"--rows takes dd, api, switch, tms; not {','.join(sorted(unknown)) or 'nothing'}")
+        ap.error(f"--rows takes dd, ddN, api, switch, tms; not "
+                 f"{','.join(sorted(unknown)) or 'nothing'}")
+    if args.dd_streams < 1:
+        ap.error(f"--dd-streams takes 1 or more, not {args.dd_streams}")
     if args.worker == "api":
         api_worker(args.dir, args.gib, args.cycles)
         return 0
@@ -190,9 +217,10 @@ def main():
     ours = dict(base, PYTHONPATH=os.pathsep.join([str(REPO / "python")] + path))
     switch = [sys.executable, "-m", "dormant.run", "--torch-memory-saver", "--"]
     results = []
-    if "dd" in wanted:
-        results.append(dd_row(args.dir, args.gib, args.cycles))
-        print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
+    for row, streams in (("dd", 1), ("ddN", args.dd_streams)):
+        if row in wanted:
+            results.append(dd_row(args.dir, args.gib, args.cycles, streams))
+            print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
     rows = []
     if "api" in wanted:
         rows.append(("dormant API, policy disk", me + ["api"], ours))
