@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The manager: options, tags, allocations, copies and statistics. The
- * transitions themselves are in transition.c, the guard and hooks in guard.c. */
+ * transitions themselves and their hooks are in transition.c, the guard in
+ * guard.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

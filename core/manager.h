@@ -34,11 +34,5 @@ void guard_notify(struct dormant *m);
 int guard_close(struct dormant *m, double *ret_waited_s);
 /* Release the gate held by guard_close() or a wake. Called with m->lock. */
 void guard_release(struct dormant *m);
-/* Run the hooks of a point until one returns non-zero, adding the time
- * taken to *seconds (may be NULL). A failure where it fails the transition
- * (before-sleep, before-wake, after-copies, before-rebuild) is -ECANCELED
- * with its message, the hook's reason included (dormant_hook_set_error());
- * elsewhere the hook's own result. Called without m->lock. */
-int hooks_run(struct dormant *m, enum dormant_hook_point point, double *seconds);
 
 #endif
