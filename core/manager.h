@@ -16,12 +16,6 @@ struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size);
 void chunk_update_data_bytes(struct alloc *a, struct chunk *c);
 /* Fix what a sleep copies of a chunk of a (the owner): its plan (extent.h). */
 int chunk_plan(struct alloc *a, struct chunk *c);
-/* Forget the marks of every owner of an awake tag (a wake's end). */
-void marks_drop_awake(struct dormant *m);
-bool manager_all_awake(struct dormant *m);
-bool manager_all_asleep(struct dormant *m);
-/* Destroy what dormant_free() deferred while checkpointed. With m->lock. */
-void manager_free_deferred(struct dormant *m);
 /* -EBUSY with a message while the process's device state is checkpointed. */
 int manager_check_not_checkpointed(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */

@@ -104,6 +104,18 @@ static int select_tags(struct dormant *m, const char *const *names, struct trans
 	return 0;
 }
 
+/* Forget the marks of every owner of an awake tag (see settle()). Called
+ * with m->lock. */
+static void marks_drop_awake(struct dormant *m)
+{
+	for (size_t i = 0; i < m->tag_count; i++) {
+		if (m->tags[i]->state != DORMANT_AWAKE)
+			continue;
+		for (struct alloc *a = m->tags[i]->allocs; a; a = a->next)
+			marks_clear(&a->marks);
+	}
+}
+
 static struct dormant_tag_change *change_of(struct transition *t, const struct tag *tag)
 {
 	for (size_t i = 0; i < t->report->tag_count; i++)
@@ -337,6 +349,16 @@ static int run_rebuilds(struct dormant *m, struct transition *t)
 	return r;
 }
 
+/* How many of the manager's tags are in state. Called with m->lock. */
+static size_t tags_in(const struct dormant *m, enum dormant_state state)
+{
+	size_t count = 0;
+
+	for (size_t i = 0; i < m->tag_count; i++)
+		count += m->tags[i]->state == state;
+	return count;
+}
+
 static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
 {
 	for (size_t i = 0; i < t->alloc_count; i++) {
@@ -371,7 +393,7 @@ static void times_add(struct dormant_transition_times *sum,
 	sum->warmup_wait_s += t->warmup_wait_s;
 }
 
-/* Settle states, free what was freed meanwhile, count (the duration goes
+/* Settle states, count, free what was freed meanwhile (the duration goes
  * into its histogram at transition_end()). Called with m->lock. */
 static void settle(struct dormant *m, struct transition *t, int result)
 {
@@ -400,13 +422,6 @@ static void settle(struct dormant *m, struct transition *t, int result)
 				tag->wakes++;
 		}
 		tag->state = state;
-	}
-	for (size_t i = 0; i < t->alloc_count; i++) {
-		struct alloc *a = t->allocs[i];
-
-		a->in_transition = false;
-		if (a->doomed)
-			alloc_destroy(m, a);
 	}
 	for (size_t i = 0; i < rep->tag_count; i++) {
 		rep->tags[i].after = t->named[i]->state;
@@ -445,7 +460,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		snprintf(m->health_error, sizeof(m->health_error),
 			 "a failed sleep could not be rolled back; wake to recover: %s",
 			 dormant_last_error());
-	} else if (result == 0 && manager_all_awake(m)) {
+	} else if (result == 0 && tags_in(m, DORMANT_AWAKE) == m->tag_count) {
 		m->healthy = true;
 		m->health_error[0] = '\0';
 	}
@@ -476,6 +491,15 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
+	/* what was freed meanwhile goes last, its failures logged, not the
+	 * transition's */
+	for (size_t i = 0; i < t->alloc_count; i++) {
+		struct alloc *a = t->allocs[i];
+
+		a->in_transition = false;
+		if (a->doomed)
+			alloc_destroy(m, a);
+	}
 }
 
 /*
@@ -495,7 +519,7 @@ static void residue_after_sleep(struct dormant *m, struct dormant_report *rep)
 	if (mode != DORMANT_RESIDUE_CHECKPOINT)
 		return;
 	pthread_mutex_lock(&m->lock);
-	all_asleep = m->tag_count > 0 && manager_all_asleep(m);
+	all_asleep = m->tag_count > 0 && tags_in(m, DORMANT_ASLEEP) == m->tag_count;
 	pthread_mutex_unlock(&m->lock);
 	if (!all_asleep)
 		return;
@@ -536,7 +560,7 @@ static int residue_before_wake(struct dormant *m, struct transition *t)
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error), "%s", dormant_last_error());
 	} else if (r == 0 && step->op[0]) {
-		manager_free_deferred(m); /* restored: the driver takes frees again */
+		alloc_destroy_deferred(m); /* restored: the driver takes frees again */
 	}
 	pthread_mutex_unlock(&m->lock);
 	return r < 0 ? error_prefix(r, "wake") : 0;
@@ -779,10 +803,8 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 		rep->duration_s = now_monotonic_s() - start;
 	residue_step_finish(&m->residue, &rep->residue);
 	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < m->tag_count; i++) {
-		rep->tags_awake += m->tags[i]->state == DORMANT_AWAKE;
-		rep->tags_asleep += m->tags[i]->state == DORMANT_ASLEEP;
-	}
+	rep->tags_awake = tags_in(m, DORMANT_AWAKE);
+	rep->tags_asleep = tags_in(m, DORMANT_ASLEEP);
 	pthread_mutex_unlock(&m->lock);
 	if (ret)
 		*ret = *rep;
