@@ -191,7 +191,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	if (r < 0)
 		goto err_free;
 	m->device_count = m->backend->ops->device_count(m->backend);
-	residue_init(&m->residue, m->backend, &m->log,
+	residue_init(&m->residue, m->backend,
 		     strcmp(o.residue, "checkpoint") == 0 ? DORMANT_RESIDUE_CHECKPOINT
 							 : DORMANT_RESIDUE_KEEP,
 		     (unsigned)o.residue_lock_timeout_ms, (unsigned)o.residue_timeout_ms);
@@ -947,8 +947,9 @@ DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, c
 
 DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret)
 {
+	bool checkpointed, helper_warning = false;
+	char helper[512];
 	struct backend *b;
-	bool checkpointed;
 	int devices;
 
 	if (!m || !ret)
@@ -1043,6 +1044,10 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	}
 	if (!checkpointed)
 		residue_device_leave(&m->residue);
+	/* a read that found the helper dead started another: say so */
+	else if (residue_start_take(&m->residue, helper, sizeof(helper), &helper_warning))
+		log_write(&m->log, helper_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
+			  helper);
 	return 0;
 }
 

@@ -708,11 +708,14 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	const struct dormant_residue_step *step = &rep->residue;
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
-	char residue[DORMANT_ERROR_MAX + 64] = "";
+	char residue[DORMANT_ERROR_MAX + 64] = "", helper[512];
+	bool helper_warning = false, helper_started;
 	int bucket = 0;
 
 	if (t->sleep && r == 0)
 		residue_after_sleep(m, rep);
+	/* a restore or checkpoint that started the residue's helper says so */
+	helper_started = residue_start_take(&m->residue, helper, sizeof(helper), &helper_warning);
 	pthread_mutex_lock(&m->lock);
 	if (t->settled) {
 		/* its whole time, a sleep's checkpoint included, into its
@@ -733,6 +736,9 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	pthread_mutex_unlock(&m->lock);
 	if (!t->settled)
 		rep->duration_s = now_monotonic_s() - t->start;
+	if (helper_started)
+		log_write(&m->log, helper_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
+			  helper);
 	if (!t->settled && !t->guard_failed && !step->op[0])
 		return; /* nothing to sleep, nothing tried: nothing to say */
 	/* a failed restore's message is the wake's own */
