@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* An allocation's end (alloc.h). */
+/* An allocation's end, and the ends deferred while checkpointed (alloc.h). */
 #include "alloc.h"
 
 #include <stdio.h>
@@ -27,4 +27,14 @@ void alloc_destroy(struct dormant *m, struct alloc *a)
 	if (failed)
 		log_write(&m->log, DORMANT_LOG_ERROR,
 			  "freeing an allocation: %u failure(s), the first: %s", failed, why);
+}
+
+void alloc_destroy_deferred(struct dormant *m)
+{
+	while (m->deferred) {
+		struct alloc *a = m->deferred;
+
+		m->deferred = a->next;
+		alloc_destroy(m, a);
+	}
 }

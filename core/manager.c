@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The manager: options, tags, allocations, copies and statistics. The
- * transitions themselves are in transition.c, the guard and hooks in guard.c. */
+ * transitions themselves and their hooks are in transition.c, the guard in
+ * guard.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,7 +191,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	if (r < 0)
 		goto err_free;
 	m->device_count = m->backend->ops->device_count(m->backend);
-	residue_init(&m->residue, m->backend, &m->log,
+	residue_init(&m->residue, m->backend,
 		     strcmp(o.residue, "checkpoint") == 0 ? DORMANT_RESIDUE_CHECKPOINT
 							 : DORMANT_RESIDUE_KEEP,
 		     (unsigned)o.residue_lock_timeout_ms, (unsigned)o.residue_timeout_ms);
@@ -294,7 +295,7 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 		return;
 	}
 	pthread_mutex_lock(&m->lock);
-	manager_free_deferred(m);
+	alloc_destroy_deferred(m);
 	while (m->alloc_count)
 		alloc_release(m, m->allocs[--m->alloc_count]);
 	pthread_mutex_unlock(&m->lock);
@@ -347,30 +348,12 @@ DORMANT_EXPORT const char *dormant_backend_name(const struct dormant *m)
 	return m->backend->ops->name;
 }
 
-bool manager_all_asleep(struct dormant *m)
-{
-	for (size_t i = 0; i < m->tag_count; i++)
-		if (m->tags[i]->state != DORMANT_ASLEEP)
-			return false;
-	return true;
-}
-
 int manager_check_not_checkpointed(struct dormant *m)
 {
 	if (!residue_checkpointed(&m->residue))
 		return 0;
 	return error_set(-EBUSY, "the process's device state is checkpointed (residue mode "
 				 "checkpoint): no device call until a wake restores it");
-}
-
-void manager_free_deferred(struct dormant *m)
-{
-	while (m->deferred) {
-		struct alloc *a = m->deferred;
-
-		m->deferred = a->next;
-		alloc_destroy(m, a);
-	}
 }
 
 DORMANT_EXPORT int dormant_device_count(struct dormant *m)
@@ -407,14 +390,6 @@ static int tag_get(struct dormant *m, const char *name, struct tag **ret)
 	}
 	*ret = tag;
 	return 0;
-}
-
-bool manager_all_awake(struct dormant *m)
-{
-	for (size_t i = 0; i < m->tag_count; i++)
-		if (m->tags[i]->state != DORMANT_AWAKE)
-			return false;
-	return true;
 }
 
 DORMANT_EXPORT int dormant_set_policy(struct dormant *m, const char *name,
@@ -572,16 +547,6 @@ int chunk_plan(struct alloc *a, struct chunk *c)
 		return plan_compute(&c->plan, offset, c->data_bytes, a->space.free,
 				    a->space.free_count, &a->marks);
 	return plan_compute(&c->plan, offset, c->data_bytes, NULL, 0, &a->marks);
-}
-
-void marks_drop_awake(struct dormant *m)
-{
-	for (size_t i = 0; i < m->tag_count; i++) {
-		if (m->tags[i]->state != DORMANT_AWAKE)
-			continue;
-		for (struct alloc *a = m->tags[i]->allocs; a; a = a->next)
-			marks_clear(&a->marks);
-	}
 }
 
 /* Give back what a user allocation holds (it is out of m->allocs already). */
@@ -982,8 +947,9 @@ DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, c
 
 DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret)
 {
+	bool checkpointed, helper_warning = false;
+	char helper[512];
 	struct backend *b;
-	bool checkpointed;
 	int devices;
 
 	if (!m || !ret)
@@ -1078,6 +1044,10 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	}
 	if (!checkpointed)
 		residue_device_leave(&m->residue);
+	/* a read that found the helper dead started another: say so */
+	else if (residue_start_take(&m->residue, helper, sizeof(helper), &helper_warning))
+		log_write(&m->log, helper_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
+			  helper);
 	return 0;
 }
 

@@ -16,12 +16,6 @@ struct alloc *alloc_containing(struct dormant *m, uintptr_t p, size_t size);
 void chunk_update_data_bytes(struct alloc *a, struct chunk *c);
 /* Fix what a sleep copies of a chunk of a (the owner): its plan (extent.h). */
 int chunk_plan(struct alloc *a, struct chunk *c);
-/* Forget the marks of every owner of an awake tag (a wake's end). */
-void marks_drop_awake(struct dormant *m);
-bool manager_all_awake(struct dormant *m);
-bool manager_all_asleep(struct dormant *m);
-/* Destroy what dormant_free() deferred while checkpointed. With m->lock. */
-void manager_free_deferred(struct dormant *m);
 /* -EBUSY with a message while the process's device state is checkpointed. */
 int manager_check_not_checkpointed(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
@@ -34,11 +28,5 @@ void guard_notify(struct dormant *m);
 int guard_close(struct dormant *m, double *ret_waited_s);
 /* Release the gate held by guard_close() or a wake. Called with m->lock. */
 void guard_release(struct dormant *m);
-/* Run the hooks of a point until one returns non-zero, adding the time
- * taken to *seconds (may be NULL). A failure where it fails the transition
- * (before-sleep, before-wake, after-copies, before-rebuild) is -ECANCELED
- * with its message, the hook's reason included (dormant_hook_set_error());
- * elsewhere the hook's own result. Called without m->lock. */
-int hooks_run(struct dormant *m, enum dormant_hook_point point, double *seconds);
 
 #endif

@@ -175,10 +175,12 @@ static int helper_start(struct residue *r)
 	r->helper_pid = pid;
 	r->helper_fd = sv[0];
 	r->helper_starts++;
-	/* one line for each start: a second one says the first had died */
-	log_write(&r->log, tracer[0] ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO,
-		  "residue: helper %s started (pid %d, start %llu)%s", path, (int)pid,
-		  (unsigned long long)r->helper_starts, tracer);
+	/* one line for each start, the manager's to log: a second one says
+	 * the first had died */
+	snprintf(r->start_line, sizeof(r->start_line),
+		 "residue: helper %.300s started (pid %d, start %llu)%s", path, (int)pid,
+		 (unsigned long long)r->helper_starts, tracer);
+	r->start_warning = tracer[0] != '\0';
 	return 0;
 }
 
@@ -277,8 +279,8 @@ static int helper_call(struct residue *r, const struct residue_request *req, dou
 	return e;
 }
 
-void residue_init(struct residue *r, struct backend *b, const struct logger *log,
-		  enum dormant_residue_mode mode, unsigned lock_timeout_ms, unsigned timeout_ms)
+void residue_init(struct residue *r, struct backend *b, enum dormant_residue_mode mode,
+		  unsigned lock_timeout_ms, unsigned timeout_ms)
 {
 	double floor_s = lock_timeout_ms / 1000.0 + HELPER_SLACK_S;
 
@@ -287,7 +289,6 @@ void residue_init(struct residue *r, struct backend *b, const struct logger *log
 		.lock_timeout_ms = lock_timeout_ms,
 		.request_timeout_s = timeout_ms / 1000.0 > floor_s ? timeout_ms / 1000.0 : floor_s,
 		.backend = b,
-		.log = *log,
 		.helper_fd = -1,
 	};
 	pthread_rwlock_init(&r->device_access, NULL);
@@ -578,6 +579,21 @@ void residue_step_finish(struct residue *r, struct dormant_residue_step *step)
 	pthread_mutex_lock(&r->lock);
 	step->state = r->state;
 	pthread_mutex_unlock(&r->lock);
+}
+
+bool residue_start_take(struct residue *r, char *buf, size_t size, bool *ret_warning)
+{
+	bool started;
+
+	pthread_mutex_lock(&r->lock);
+	started = r->start_line[0] != '\0';
+	if (started) {
+		snprintf(buf, size, "%s", r->start_line);
+		*ret_warning = r->start_warning;
+		r->start_line[0] = '\0';
+	}
+	pthread_mutex_unlock(&r->lock);
+	return started;
 }
 
 void residue_stats_get(struct residue *r, struct dormant_residue_stats *ret)

@@ -12,7 +12,7 @@
  * residue_device_enter()/residue_device_leave(), which refuse while the
  * process is checkpointed, so that no such call starts once a checkpoint
  * has begun. This module sits beside the manager, below transition.c: it
- * sees the backend, never the tags.
+ * sees the backend, never the tags, and logs nothing (it reports).
  */
 #ifndef DORMANT_RESIDUE_H
 #define DORMANT_RESIDUE_H
@@ -32,7 +32,6 @@ struct residue {
 	unsigned lock_timeout_ms;
 	double request_timeout_s; /* a checkpoint's or restore's, helper included */
 	struct backend *backend;
-	struct logger log;
 	/* no device call may start while set (residue_device_enter()) */
 	pthread_rwlock_t device_access;
 	_Atomic bool checkpointed;
@@ -53,6 +52,9 @@ struct residue {
 	int helper_fd;    /* -1: none */
 	bool helper_busy; /* a request is under way: only its thread reaps */
 	uint64_t helper_starts;
+	/* the last start's line, until the manager logs it (residue_start_take()) */
+	char start_line[512];
+	bool start_warning;
 	uint64_t checkpoints, checkpoint_failures, restores, restore_failures;
 	double checkpoint_s_total, restore_s_total;
 	uint64_t residue_bytes[DORMANT_DEVICES_MAX]; /* freed by the last checkpoint */
@@ -63,8 +65,8 @@ struct residue {
 	char last_error[DORMANT_ERROR_MAX];
 };
 
-void residue_init(struct residue *r, struct backend *b, const struct logger *log,
-		  enum dormant_residue_mode mode, unsigned lock_timeout_ms, unsigned timeout_ms);
+void residue_init(struct residue *r, struct backend *b, enum dormant_residue_mode mode,
+		  unsigned lock_timeout_ms, unsigned timeout_ms);
 /* Stop the helper (it exits on end-of-file) and reap it. The process must
  * not be checkpointed any more (residue_restore() first). */
 void residue_finish(struct residue *r);
@@ -94,8 +96,8 @@ static inline bool residue_checkpointed(struct residue *r)
  * called it still succeeds); -ENOTSUP also marks the mode unavailable for
  * good. What it tried goes into *step (op, result, seconds, error) as into
  * the stats; a call that tries nothing (checkpointed already, unavailable)
- * leaves it alone. It logs nothing of it (it logs its helper's starts
- * only): its caller says what happened.
+ * leaves it alone. It logs nothing: its caller says what happened
+ * (residue_start_take() for the helper's starts).
  */
 int residue_checkpoint(struct residue *r, int devices, struct dormant_residue_step *step);
 
@@ -114,6 +116,12 @@ int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_
 /* A transition's last word on the residue: the manager's mode where the step
  * names none, and the state now. */
 void residue_step_finish(struct residue *r, struct dormant_residue_step *step);
+
+/* Copy the line that says the helper's last start into buf (a start
+ * before it that no one took is counted in its "start N") and forget it:
+ * true if there was one, with *ret_warning set when the process could not
+ * name it its tracer. The manager logs it; this module logs nothing. */
+bool residue_start_take(struct residue *r, char *buf, size_t size, bool *ret_warning);
 
 /* Bracket a device call made outside a transition: false (nothing held)
  * while the process is checkpointed. */

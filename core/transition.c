@@ -24,6 +24,9 @@
  * the warm-up, one line of log). Everything it learned goes into the report,
  * the residue's part and the tags' states included. The modules below it
  * (residue, guard, engine) report; this file logs.
+ *
+ * The hooks are the transition's own points (before and after each, around
+ * the copies and the rebuilds): their registry and hooks_run() are here.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -99,6 +102,18 @@ static int select_tags(struct dormant *m, const char *const *names, struct trans
 	}
 	rep->tag_count = count;
 	return 0;
+}
+
+/* Forget the marks of every owner of an awake tag (see settle()). Called
+ * with m->lock. */
+static void marks_drop_awake(struct dormant *m)
+{
+	for (size_t i = 0; i < m->tag_count; i++) {
+		if (m->tags[i]->state != DORMANT_AWAKE)
+			continue;
+		for (struct alloc *a = m->tags[i]->allocs; a; a = a->next)
+			marks_clear(&a->marks);
+	}
 }
 
 static struct dormant_tag_change *change_of(struct transition *t, const struct tag *tag)
@@ -195,6 +210,100 @@ static int collect_items(struct transition *t)
 	return 0;
 }
 
+/* ---- hooks --------------------------------------------------------------- */
+
+DORMANT_EXPORT int dormant_hook_add(struct dormant *m, enum dormant_hook_point point,
+				    dormant_hook_fn fn, void *userdata)
+{
+	int r;
+
+	if (!m || !fn)
+		return error_set(-EINVAL, "manager or hook is NULL");
+	if ((unsigned)point > DORMANT_HOOK_BEFORE_REBUILD)
+		return error_set(-EINVAL, "unknown hook point %d", (int)point);
+	pthread_mutex_lock(&m->lock);
+	if (m->hook_count == HOOKS_MAX) {
+		r = error_set(-ENOSPC, "too many hooks (at most %d)", HOOKS_MAX);
+	} else {
+		r = m->next_hook_id++;
+		m->hooks[m->hook_count++] = (struct hook){ .id = r, .point = point, .fn = fn,
+							   .userdata = userdata };
+	}
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id)
+{
+	int r = -ENOENT;
+
+	if (!m)
+		return error_set(-EINVAL, "manager is NULL");
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->hook_count; i++) {
+		if (m->hooks[i].id != id)
+			continue;
+		for (size_t j = i + 1; j < m->hook_count; j++)
+			m->hooks[j - 1] = m->hooks[j];
+		m->hook_count--;
+		r = 0;
+		break;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (r < 0)
+		return error_set(r, "no hook %d", id);
+	return 0;
+}
+
+DORMANT_EXPORT int dormant_hook_set_error(const char *message)
+{
+	if (!message)
+		return error_set(-EINVAL, "message is NULL");
+	/* the thread's error buffer is what a failing transition reads */
+	error_set(-ECANCELED, "%s", message);
+	return 0;
+}
+
+/* What a hook's failure does at each point: the failed transition's words. */
+static const char *const hook_failure[] = {
+	[DORMANT_HOOK_BEFORE_SLEEP] = "a before-sleep hook cancelled the sleep",
+	[DORMANT_HOOK_BEFORE_WAKE] = "a before-wake hook cancelled the wake",
+	[DORMANT_HOOK_AFTER_COPIES] = "an after-copies hook failed",
+	[DORMANT_HOOK_BEFORE_REBUILD] = "a before-rebuild hook failed",
+};
+
+/* Run the hooks of a point until one returns non-zero, adding the time
+ * taken to *seconds (may be NULL). A failure where it fails the transition
+ * (before-sleep, before-wake, after-copies, before-rebuild) is -ECANCELED
+ * with its message, the hook's reason included (dormant_hook_set_error());
+ * elsewhere the hook's own result. Called without m->lock. */
+static int hooks_run(struct dormant *m, enum dormant_hook_point point, double *seconds)
+{
+	const char *failure = (size_t)point < ARRAY_SIZE(hook_failure) ? hook_failure[point] : NULL;
+	double start = now_monotonic_s();
+	struct hook hooks[HOOKS_MAX];
+	char why[DORMANT_ERROR_MAX];
+	size_t count = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->hook_count; i++)
+		if (m->hooks[i].point == point)
+			hooks[count++] = m->hooks[i];
+	pthread_mutex_unlock(&m->lock);
+	if (failure)
+		error_clear(); /* what a failing hook says (dormant_hook_set_error()) */
+	for (size_t i = 0; i < count && r == 0; i++)
+		r = hooks[i].fn(m, point, hooks[i].userdata);
+	if (seconds)
+		*seconds += now_monotonic_s() - start;
+	if (r == 0 || !failure)
+		return r;
+	snprintf(why, sizeof(why), "%s", dormant_last_error());
+	return error_set(-ECANCELED, "%s (it returned %d)%s%s", failure, r, why[0] ? ": " : "",
+			 why);
+}
+
 /* Run the rebuild callbacks of the transition's DORMANT_REBUILD tags (on a
  * sleep's rollback: only of those whose memory came back zero-filled), in
  * order, without the lock. Returns 0 or -ECANCELED for the first that
@@ -240,6 +349,16 @@ static int run_rebuilds(struct dormant *m, struct transition *t)
 	return r;
 }
 
+/* How many of the manager's tags are in state. Called with m->lock. */
+static size_t tags_in(const struct dormant *m, enum dormant_state state)
+{
+	size_t count = 0;
+
+	for (size_t i = 0; i < m->tag_count; i++)
+		count += m->tags[i]->state == state;
+	return count;
+}
+
 static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
 {
 	for (size_t i = 0; i < t->alloc_count; i++) {
@@ -274,7 +393,7 @@ static void times_add(struct dormant_transition_times *sum,
 	sum->warmup_wait_s += t->warmup_wait_s;
 }
 
-/* Settle states, free what was freed meanwhile, count (the duration goes
+/* Settle states, count, free what was freed meanwhile (the duration goes
  * into its histogram at transition_end()). Called with m->lock. */
 static void settle(struct dormant *m, struct transition *t, int result)
 {
@@ -303,13 +422,6 @@ static void settle(struct dormant *m, struct transition *t, int result)
 				tag->wakes++;
 		}
 		tag->state = state;
-	}
-	for (size_t i = 0; i < t->alloc_count; i++) {
-		struct alloc *a = t->allocs[i];
-
-		a->in_transition = false;
-		if (a->doomed)
-			alloc_destroy(m, a);
 	}
 	for (size_t i = 0; i < rep->tag_count; i++) {
 		rep->tags[i].after = t->named[i]->state;
@@ -348,7 +460,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 		snprintf(m->health_error, sizeof(m->health_error),
 			 "a failed sleep could not be rolled back; wake to recover: %s",
 			 dormant_last_error());
-	} else if (result == 0 && manager_all_awake(m)) {
+	} else if (result == 0 && tags_in(m, DORMANT_AWAKE) == m->tag_count) {
 		m->healthy = true;
 		m->health_error[0] = '\0';
 	}
@@ -379,6 +491,15 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	};
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
+	/* what was freed meanwhile goes last, its failures logged, not the
+	 * transition's */
+	for (size_t i = 0; i < t->alloc_count; i++) {
+		struct alloc *a = t->allocs[i];
+
+		a->in_transition = false;
+		if (a->doomed)
+			alloc_destroy(m, a);
+	}
 }
 
 /*
@@ -398,7 +519,7 @@ static void residue_after_sleep(struct dormant *m, struct dormant_report *rep)
 	if (mode != DORMANT_RESIDUE_CHECKPOINT)
 		return;
 	pthread_mutex_lock(&m->lock);
-	all_asleep = m->tag_count > 0 && manager_all_asleep(m);
+	all_asleep = m->tag_count > 0 && tags_in(m, DORMANT_ASLEEP) == m->tag_count;
 	pthread_mutex_unlock(&m->lock);
 	if (!all_asleep)
 		return;
@@ -439,7 +560,7 @@ static int residue_before_wake(struct dormant *m, struct transition *t)
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error), "%s", dormant_last_error());
 	} else if (r == 0 && step->op[0]) {
-		manager_free_deferred(m); /* restored: the driver takes frees again */
+		alloc_destroy_deferred(m); /* restored: the driver takes frees again */
 	}
 	pthread_mutex_unlock(&m->lock);
 	return r < 0 ? error_prefix(r, "wake") : 0;
@@ -587,11 +708,14 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	const struct dormant_residue_step *step = &rep->residue;
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
-	char residue[DORMANT_ERROR_MAX + 64] = "";
+	char residue[DORMANT_ERROR_MAX + 64] = "", helper[512];
+	bool helper_warning = false, helper_started;
 	int bucket = 0;
 
 	if (t->sleep && r == 0)
 		residue_after_sleep(m, rep);
+	/* a restore or checkpoint that started the residue's helper says so */
+	helper_started = residue_start_take(&m->residue, helper, sizeof(helper), &helper_warning);
 	pthread_mutex_lock(&m->lock);
 	if (t->settled) {
 		/* its whole time, a sleep's checkpoint included, into its
@@ -612,6 +736,9 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	pthread_mutex_unlock(&m->lock);
 	if (!t->settled)
 		rep->duration_s = now_monotonic_s() - t->start;
+	if (helper_started)
+		log_write(&m->log, helper_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
+			  helper);
 	if (!t->settled && !t->guard_failed && !step->op[0])
 		return; /* nothing to sleep, nothing tried: nothing to say */
 	/* a failed restore's message is the wake's own */
@@ -682,10 +809,8 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 		rep->duration_s = now_monotonic_s() - start;
 	residue_step_finish(&m->residue, &rep->residue);
 	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < m->tag_count; i++) {
-		rep->tags_awake += m->tags[i]->state == DORMANT_AWAKE;
-		rep->tags_asleep += m->tags[i]->state == DORMANT_ASLEEP;
-	}
+	rep->tags_awake = tags_in(m, DORMANT_AWAKE);
+	rep->tags_asleep = tags_in(m, DORMANT_ASLEEP);
 	pthread_mutex_unlock(&m->lock);
 	if (ret)
 		*ret = *rep;

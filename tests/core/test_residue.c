@@ -131,12 +131,14 @@ Test(residue, checkpoint_gives_the_residue_back_and_the_wake_restores_it)
 
 /* The log of a manager: its last line, for the transition's one line. */
 static char last_line[1024];
+static int helper_lines; /* lines that say the residue helper started */
 
 static void keep_last_line(enum dormant_log_level level, const char *message, void *userdata)
 {
 	(void)level;
 	(void)userdata;
 	snprintf(last_line, sizeof(last_line), "%s", message);
+	helper_lines += strstr(message, "residue: helper") != NULL;
 }
 
 static struct dormant *checkpointing_logged(void)
@@ -185,6 +187,7 @@ Test(residue, the_report_says_what_the_transition_did_with_the_residue)
 	cr_expect_eq(rep.tags_awake, 0);
 	cr_expect(strstr(last_line, "sleep: done") && strstr(last_line, "residue checkpoint in"),
 		  "%s", last_line);
+	cr_expect_eq(helper_lines, 1, "the helper's start is logged once, by the transition");
 	cr_expect_geq(rep.duration_s, rep.residue.seconds, "its time is the sleep's");
 	cr_expect_eq(stats(m)->last_sleep.duration_s, rep.duration_s, "and so in the stats");
 	cr_expect(fabs(stats(m)->sleep_seconds.sum_s - (first_s + rep.duration_s)) < 1e-9,
