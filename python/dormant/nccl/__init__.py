@@ -20,11 +20,17 @@ leaves the communicators alone. docs/pytorch.md, "NCCL memory", has the
 figures.
 
 release_on_sleep(group) is the older, per-group opt-in (ReleasedGroup).
+
+lean_one_rank_groups(max_ctas=1) ($DORMANT_NCCL_ONE_RANK_CTAS) makes every
+later one-rank NCCL group with one CTA: about 384 MiB less per communicator
+on the device, less for a suspend or a residue checkpoint to copy.
 """
 from ._calls import CommTimeout
 from ._comms import DEFAULT_TIMEOUT_S, MODES, Communicators
 from ._group import ReleasedGroup, release_on_sleep
+from ._lean import lean_from_env, lean_one_rank_groups
 from ._libnccl import LibNccl, NcclError
 
 __all__ = ["Communicators", "CommTimeout", "DEFAULT_TIMEOUT_S", "LibNccl", "MODES",
-           "NcclError", "ReleasedGroup", "release_on_sleep"]
+           "NcclError", "ReleasedGroup", "lean_from_env", "lean_one_rank_groups",
+           "release_on_sleep"]

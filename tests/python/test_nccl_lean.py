@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: MIT
+"""dormant.nccl.lean_one_rank_groups() on a stand-in torch.distributed: which
+groups get the one-CTA NCCL config and which are left as the program made
+them ($DORMANT_NCCL_ONE_RANK_CTAS included)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from dormant.nccl import _lean
+
+
+class FakeConfig:
+    def __init__(self):
+        self.min_ctas = None
+        self.max_ctas = None
+
+
+class FakeOptions:
+    def __init__(self):
+        self.config = FakeConfig()
+
+
+class FakePGNCCL:
+    Options = FakeOptions
+
+
+class FakeDist:
+    ProcessGroupNCCL = FakePGNCCL
+
+    def __init__(self, world=4, backend="nccl"):
+        self.world = world
+        self.backend = backend
+        self.made = []  # (ranks, args, kwargs) as new_group() got them
+
+    def get_world_size(self):
+        return self.world
+
+    def get_backend(self):
+        return self.backend
+
+    def new_group(self, ranks=None, *args, **kwargs):
+        """the original"""
+        self.made.append((ranks, args, kwargs))
+        return len(self.made)
+
+
+def cap_of(call):
+    options = call[2].get("pg_options")
+    return None if options is None else (options.config.min_ctas, options.config.max_ctas)
+
+
+def test_a_one_rank_nccl_group_gets_the_cap():
+    dist = FakeDist()
+    assert _lean.lean_one_rank_groups(2, dist=dist) == 2
+    assert dist.new_group([3]) == 1
+    assert cap_of(dist.made[-1]) == (1, 2)
+
+
+def test_a_group_of_several_ranks_is_left_alone():
+    dist = FakeDist()
+    _lean.lean_one_rank_groups(dist=dist)
+    dist.new_group([0, 1])
+    assert cap_of(dist.made[-1]) is None
+
+
+def test_all_ranks_of_a_one_rank_world_is_one_rank():
+    dist = FakeDist(world=1)
+    _lean.lean_one_rank_groups(dist=dist)
+    dist.new_group()
+    assert cap_of(dist.made[-1]) == (1, 1)
+    dist = FakeDist(world=2)
+    _lean.lean_one_rank_groups(dist=dist)
+    dist.new_group()
+    assert cap_of(dist.made[-1]) is None
+
+
+def test_the_programs_own_options_and_other_backends_are_kept():
+    dist = FakeDist()
+    _lean.lean_one_rank_groups(dist=dist)
+    own = FakeOptions()
+    dist.new_group([0], pg_options=own)
+    assert dist.made[-1][2]["pg_options"] is own and own.config.max_ctas is None
+    dist.new_group([0], backend="gloo")
+    assert cap_of(dist.made[-1]) is None
+    dist.backend = "gloo"
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) is None
+    dist.new_group([0], None, "nccl")  # positional: passed on as given
+    assert dist.made[-1][1] == (None, "nccl") and cap_of(dist.made[-1]) is None
+
+
+def test_a_second_call_changes_the_cap_without_wrapping_twice():
+    dist = FakeDist()
+    _lean.lean_one_rank_groups(1, dist=dist)
+    wrapped = dist.new_group
+    _lean.lean_one_rank_groups(3, dist=dist)
+    assert dist.new_group is wrapped and wrapped.__doc__ == "the original"
+    dist.new_group([1])
+    assert len(dist.made) == 1 and cap_of(dist.made[-1]) == (1, 3)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])
+def test_a_bad_cap_is_refused_and_nothing_is_wrapped(bad):
+    dist = FakeDist()
+    with pytest.raises(ValueError, match="max_ctas"):
+        _lean.lean_one_rank_groups(bad, dist=dist)
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) is None
+
+
+def test_the_environment():
+    dist = FakeDist()
+    assert _lean.lean_from_env(dist=dist, environ={}) is None
+    assert _lean.lean_from_env(dist=dist, environ={_lean.ENV: "off"}) is None
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) is None
+    assert _lean.lean_from_env(dist=dist, environ={_lean.ENV: " 4 "}) == 4
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) == (1, 4)
+    for bad in ("0", "two", "-3"):
+        with pytest.raises(ValueError, match=_lean.ENV):
+            _lean.lean_from_env(dist=FakeDist(), environ={_lean.ENV: bad})
+
+
+@pytest.mark.parametrize("value, says", [("x", "DORMANT_NCCL_ONE_RANK_CTAS takes a whole number"),
+                                         ("off", None)])
+def test_import_dormant_reads_the_environment(value, says):
+    python = pathlib.Path(__file__).resolve().parents[2] / "python"
+    env = dict(os.environ, DORMANT_NCCL_ONE_RANK_CTAS=value,
+               PYTHONPATH=os.pathsep.join([str(python), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", "import dormant"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    if says is None:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode != 0 and says in r.stderr
+
+
+def test_import_dormant_caps_the_groups_made_after_it(tmp_path):
+    """$DORMANT_NCCL_ONE_RANK_CTAS=2, a stand-in torch.distributed on the path"""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "distributed.py").write_text(
+        "class _Config:\n    min_ctas = max_ctas = None\n"
+        "class _Options:\n    def __init__(self):\n        self.config = _Config()\n"
+        "class ProcessGroupNCCL:\n    Options = _Options\n"
+        "made = []\n"
+        "def get_world_size():\n    return 8\n"
+        "def get_backend():\n    return 'nccl'\n"
+        "def new_group(ranks=None, **kwargs):\n    made.append(kwargs.get('pg_options'))\n")
+    python = pathlib.Path(__file__).resolve().parents[2] / "python"
+    env = dict(os.environ, DORMANT_NCCL_ONE_RANK_CTAS="2",
+               PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
+    code = ("import dormant, torch.distributed as d; d.new_group([5]); d.new_group([0, 1]); "
+            "print([None if o is None else o.config.max_ctas for o in d.made])")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[2, None]"
