@@ -41,6 +41,9 @@ class FakeDist:
     def get_backend(self):
         return self.backend
 
+    def init_process_group(self, *args, **kwargs):
+        self.made.append(("init", args, kwargs))
+
     def new_group(self, ranks=None, *args, **kwargs):
         """the original"""
         self.made.append((ranks, args, kwargs))
@@ -160,3 +163,20 @@ def test_import_dormant_caps_the_groups_made_after_it(tmp_path):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[2, None]"
+
+
+def test_a_one_rank_world_made_with_nccl_gets_the_cap(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    dist = FakeDist()
+    _lean.lean_one_rank_groups(dist=dist)
+    dist.init_process_group(backend="nccl", world_size=1, rank=0)
+    assert cap_of(dist.made[-1]) == (1, 1)
+    dist.init_process_group("nccl", world_size=2, rank=0)
+    assert cap_of(dist.made[-1]) is None
+    dist.init_process_group(backend="gloo", world_size=1, rank=0)
+    assert cap_of(dist.made[-1]) is None
+    dist.init_process_group(backend="nccl")  # the size from the environment
+    assert cap_of(dist.made[-1]) is None
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    dist.init_process_group(backend="nccl")
+    assert cap_of(dist.made[-1]) == (1, 1)

@@ -10,8 +10,9 @@ less to copy out and back (docs/benchmarks.md, "Residue mode checkpoint").
 
 lean_one_rank_groups() wraps torch.distributed.new_group() so that every
 group of one rank made with the NCCL backend and without pg_options of its
-own gets ProcessGroupNCCL.Options with min_ctas 1 and max_ctas N. Groups of
-several ranks are left alone: the cap would cut their bandwidth. It acts on
+own gets ProcessGroupNCCL.Options with min_ctas 1 and max_ctas N, and so
+does WORLD when init_process_group() makes it of one rank (world_size 1, or
+$WORLD_SIZE 1) with backend "nccl". Groups of several ranks are left alone: the cap would cut their bandwidth. It acts on
 groups made after the call, so call it before the program makes its groups
 (Megatron's initialize_model_parallel()). $DORMANT_NCCL_ONE_RANK_CTAS=N does
 the same from `import dormant` on (lean_from_env(); it imports
@@ -66,17 +67,37 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
         backend = kwargs.get("backend")
         if (not args and kwargs.get("pg_options") is None and _one_rank(dist, ranks)
                 and _nccl(dist, backend)):
-            options = dist.ProcessGroupNCCL.Options()
-            options.config.min_ctas = 1
-            options.config.max_ctas = state["max_ctas"]
-            kwargs["pg_options"] = options
+            kwargs["pg_options"] = _options(dist, state["max_ctas"])
         return made(ranks, *args, **kwargs)
 
     new_group._dormant_lean = state
     new_group.__wrapped__ = made
     new_group.__doc__ = made.__doc__
     dist.new_group = new_group
+
+    started = getattr(dist, "init_process_group", None)
+    if started is not None:
+        def init_process_group(*args, **kwargs):
+            backend = kwargs.get("backend", args[0] if args else None)
+            world = kwargs.get("world_size", -1)
+            if world == -1:
+                world = int(os.environ.get("WORLD_SIZE", "-1") or "-1")
+            if (len(args) <= 1 and kwargs.get("pg_options") is None and world == 1
+                    and str(backend).lower() == "nccl"):
+                kwargs["pg_options"] = _options(dist, state["max_ctas"])
+            return started(*args, **kwargs)
+
+        init_process_group.__wrapped__ = started
+        init_process_group.__doc__ = started.__doc__
+        dist.init_process_group = init_process_group
     return max_ctas
+
+
+def _options(dist, max_ctas):
+    options = dist.ProcessGroupNCCL.Options()
+    options.config.min_ctas = 1
+    options.config.max_ctas = max_ctas
+    return options
 
 
 def lean_from_env(*, dist=None, environ=None):
