@@ -34,8 +34,7 @@ from .manager import Manager, Server, options, server_options, stop_all_servers
 from . import preload  # noqa: E402 (whole-process capture; standard library only)
 from .nccl import _lean  # noqa: E402 (standard library only until asked)
 
-if _lean.ctas_from(_lean.os.environ.get(_lean.ENV)) is not None:
-    _lean.lean_from_env()  # $DORMANT_NCCL_ONE_RANK_CTAS: before the program makes its groups
+_lean.lean_from_env()  # $DORMANT_NCCL_ONE_RANK_CTAS: before the program makes its groups
 
 __all__ = [
     "Manager", "Server", "options", "server_options", "configure", "manager", "preload", "region", "set_policy", "sleep", "wake",
