@@ -14,10 +14,7 @@
 
 bool guard_open(struct dormant *m)
 {
-	for (size_t i = 0; i < m->tag_count; i++)
-		if (m->tags[i]->state != DORMANT_AWAKE)
-			return false;
-	return !m->gate_hold;
+	return !m->gate_hold && tags_in(m, DORMANT_AWAKE) == m->tag_count;
 }
 
 void guard_notify(struct dormant *m)

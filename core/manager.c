@@ -356,6 +356,15 @@ int manager_check_not_checkpointed(struct dormant *m)
 				 "checkpoint): no device call until a wake restores it");
 }
 
+void manager_log_residue_start(struct dormant *m)
+{
+	char line[512];
+	bool warning = false;
+
+	if (residue_start_take(&m->residue, line, sizeof(line), &warning))
+		log_write(&m->log, warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s", line);
+}
+
 DORMANT_EXPORT int dormant_device_count(struct dormant *m)
 {
 	if (!m)
@@ -947,9 +956,8 @@ DORMANT_EXPORT int dormant_copy_to_device(struct dormant *m, void *device_dst, c
 
 DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *ret)
 {
-	bool checkpointed, helper_warning = false;
-	char helper[512];
 	struct backend *b;
+	bool checkpointed;
 	int devices;
 
 	if (!m || !ret)
@@ -1044,10 +1052,8 @@ DORMANT_EXPORT int dormant_stats_get(struct dormant *m, struct dormant_stats *re
 	}
 	if (!checkpointed)
 		residue_device_leave(&m->residue);
-	/* a read that found the helper dead started another: say so */
-	else if (residue_start_take(&m->residue, helper, sizeof(helper), &helper_warning))
-		log_write(&m->log, helper_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
-			  helper);
+	else
+		manager_log_residue_start(m); /* a read that found the helper dead started another */
 	return 0;
 }
 

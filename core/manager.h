@@ -18,6 +18,9 @@ void chunk_update_data_bytes(struct alloc *a, struct chunk *c);
 int chunk_plan(struct alloc *a, struct chunk *c);
 /* -EBUSY with a message while the process's device state is checkpointed. */
 int manager_check_not_checkpointed(struct dormant *m);
+/* Log the line that says residue mode started its helper, if one is
+ * waiting (residue_start_take()). Without m->lock. */
+void manager_log_residue_start(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
 bool guard_open(struct dormant *m);
 /* Wake steps waiting in dormant_step_enter() to look again. */

@@ -349,16 +349,6 @@ static int run_rebuilds(struct dormant *m, struct transition *t)
 	return r;
 }
 
-/* How many of the manager's tags are in state. Called with m->lock. */
-static size_t tags_in(const struct dormant *m, enum dormant_state state)
-{
-	size_t count = 0;
-
-	for (size_t i = 0; i < m->tag_count; i++)
-		count += m->tags[i]->state == state;
-	return count;
-}
-
 static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
 {
 	for (size_t i = 0; i < t->alloc_count; i++) {
@@ -708,14 +698,11 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	const struct dormant_residue_step *step = &rep->residue;
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
-	char residue[DORMANT_ERROR_MAX + 64] = "", helper[512];
-	bool helper_warning = false, helper_started;
+	char residue[DORMANT_ERROR_MAX + 64] = "";
 	int bucket = 0;
 
 	if (t->sleep && r == 0)
 		residue_after_sleep(m, rep);
-	/* a restore or checkpoint that started the residue's helper says so */
-	helper_started = residue_start_take(&m->residue, helper, sizeof(helper), &helper_warning);
 	pthread_mutex_lock(&m->lock);
 	if (t->settled) {
 		/* its whole time, a sleep's checkpoint included, into its
@@ -736,9 +723,8 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	pthread_mutex_unlock(&m->lock);
 	if (!t->settled)
 		rep->duration_s = now_monotonic_s() - t->start;
-	if (helper_started)
-		log_write(&m->log, helper_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
-			  helper);
+	/* a restore or checkpoint that started the residue's helper says so */
+	manager_log_residue_start(m);
 	if (!t->settled && !t->guard_failed && !step->op[0])
 		return; /* nothing to sleep, nothing tried: nothing to say */
 	/* a failed restore's message is the wake's own */
