@@ -14,7 +14,10 @@
 
 bool guard_open(struct dormant *m)
 {
-	return !m->gate_hold && tags_in(m, DORMANT_AWAKE) == m->tag_count;
+	for (size_t i = 0; i < m->tag_count; i++)
+		if (m->tags[i]->state != DORMANT_AWAKE)
+			return false;
+	return !m->gate_hold;
 }
 
 void guard_notify(struct dormant *m)

@@ -138,16 +138,6 @@ static inline enum dormant_policy alloc_policy(const struct alloc *a)
 	return a->policy == DORMANT_POLICY_TAG ? a->tag->policy : (enum dormant_policy)a->policy;
 }
 
-/* How many of m's tags are in state. Call with m->lock. */
-static inline size_t tags_in(const struct dormant *m, enum dormant_state state)
-{
-	size_t count = 0;
-
-	for (size_t i = 0; i < m->tag_count; i++)
-		count += m->tags[i]->state == state;
-	return count;
-}
-
 /* What the engine knows of a's chunks' owner (chunk.h). */
 static inline struct chunk_owner alloc_owner(struct alloc *a)
 {

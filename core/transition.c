@@ -349,6 +349,19 @@ static int run_rebuilds(struct dormant *m, struct transition *t)
 	return r;
 }
 
+/* How many of the manager's tags are in state. Called with m->lock. (The
+ * guard's guard_open() asks the same of DORMANT_AWAKE with a loop of its
+ * own: a shared one in manager_state.h would send a reader of a sleep there
+ * and back three times.) */
+static size_t tags_in(const struct dormant *m, enum dormant_state state)
+{
+	size_t count = 0;
+
+	for (size_t i = 0; i < m->tag_count; i++)
+		count += m->tags[i]->state == state;
+	return count;
+}
+
 static bool tag_fully_mapped(const struct tag *tag, struct transition *t)
 {
 	for (size_t i = 0; i < t->alloc_count; i++) {
