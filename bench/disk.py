@@ -5,7 +5,7 @@ torch_memory_saver's disk backup on the same data, and against the disk's own
 rate (dd with O_DIRECT) as the ceiling.
 
     python3 bench/disk.py --dir DIR [--gib 16] [--cycles 3] [--tms-src SRC]
-        [--json FILE]
+        [--api-options OPT=VALUE,...]... [--json FILE]
 
 DIR must be on the disk to measure (not tmpfs: that is host memory). Rows,
 each program in a process of its own:
@@ -16,6 +16,8 @@ each program in a process of its own:
     once, as dormant's reads and writes keep several in flight;
   - dormant API: a tag with policy "disk" holding --gib GiB of random bytes,
     Manager.sleep() and wake() (the reports' durations), checksums verified;
+    each --api-options (dormant options, e.g. disk_read=cached, or
+    staging_bytes=1GiB,disk_chunk_bytes=256MiB) adds one more such row;
   - dormant (the switch): torch_memory_saver's program (region(
     enable_disk_backup=True), torch.randn bf16) under dormant.run
     --torch-memory-saver;
@@ -94,15 +96,30 @@ def dd_row(directory, gib, cycles, streams=1):
     return out
 
 
-def api_worker(directory, gib, cycles):
-    """dormant's own API, no torch: one tag of policy disk."""
+def parse_options(text):
+    """'a=1,b=2' -> {"a": "1", "b": "2"}; ValueError names what is wrong."""
+    out = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or not value.strip():
+            raise ValueError(f"{item!r} is not OPTION=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def api_worker(directory, gib, cycles, options=""):
+    """dormant's own API, no torch: one tag of policy disk, with options
+    ('a=1,b=2') on top of the row's own."""
     sys.path.insert(0, str(REPO / "python"))
     import dormant
 
     size = int(gib * GiB)
     piece = 256 << 20
-    m = dormant.Manager(backend=os.environ.get("DORMANT_BACKEND", "cuda"), disk_dir=directory,
-                        chunk_bytes="1GiB")
+    m = dormant.Manager(**dict({"backend": os.environ.get("DORMANT_BACKEND", "cuda"),
+                                "disk_dir": directory, "chunk_bytes": "1GiB"},
+                               **parse_options(options)))
     m.set_policy("cold", "disk")
     ptr = m.alloc("cold", size)
     block = os.urandom(piece)
@@ -110,7 +127,8 @@ def api_worker(directory, gib, cycles):
         m.copy_to_device(ptr + off, block[:min(piece, size - off)])
     last = (size - 1) // piece * piece  # where the last piece written starts
     rss0 = rss_bytes()
-    out = {"label": "dormant API, policy disk", "cycles": []}
+    out = {"label": "dormant API, policy disk" + (f" ({options})" if options else ""),
+           "options": options, "cycles": []}
     for _ in range(cycles):
         drop_caches()
         s = m.sleep()
@@ -193,7 +211,11 @@ def main():
                          "api, switch, tms (default all)")
     ap.add_argument("--dd-streams", type=int, default=4,
                     help="how many dd processes the ddN row runs at once (default 4)")
+    ap.add_argument("--api-options", action="append", default=[], metavar="OPT=VALUE,...",
+                    help="one more dormant API row with these options (repeatable), "
+                         "e.g. disk_read=cached")
     ap.add_argument("--worker", choices=("api", "tms"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker-options", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
     unknown = wanted - {"dd", "ddN", "api", "switch", "tms"}
@@ -202,8 +224,15 @@ def main():
                  f"{','.join(sorted(unknown)) or 'nothing'}")
     if args.dd_streams < 1:
         ap.error(f"--dd-streams takes 1 or more, not {args.dd_streams}")
+    for text in args.api_options + [args.worker_options]:
+        try:
+            parse_options(text)
+        except ValueError as e:
+            ap.error(f"--api-options: {e}")
+    if args.api_options and "api" not in wanted:
+        ap.error("--api-options adds dormant API rows: --rows must name api")
     if args.worker == "api":
-        api_worker(args.dir, args.gib, args.cycles)
+        api_worker(args.dir, args.gib, args.cycles, args.worker_options)
         return 0
     if args.worker == "tms":
         tms_worker(args.dir, args.gib, args.cycles)
@@ -224,6 +253,9 @@ def main():
     rows = []
     if "api" in wanted:
         rows.append(("dormant API, policy disk", me + ["api"], ours))
+        for text in args.api_options:
+            rows.append((f"dormant API, policy disk ({text})",
+                         me + ["api", "--worker-options", text], ours))
     if "switch" in wanted:
         rows.append(("dormant (the switch), enable_disk_backup", switch + me + ["tms"], ours))
     if args.tms_src and "tms" in wanted:

@@ -164,6 +164,10 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   disk_names         bool   $DORMANT_DISK_NAMES  false: give disk copies a
  *                      name in disk_dir while they exist (a crash then leaves
  *                      them behind; unnamed files never outlive the process)
+ *   disk_read          direct|cached  $DORMANT_DISK_READ  direct: how a wake
+ *                      reads disk copies: O_DIRECT around the page cache, or
+ *                      through it with the kernel's read-ahead (each piece
+ *                      dropped from the cache once read)
  *   warmup             auto|device|off  $DORMANT_WARMUP  auto: what the first
  *                      sleep would set up is done in the background once
  *                      allocations settle (dormant_warm_up())

@@ -175,6 +175,14 @@ static const struct option_row options[] = {
 		       "them behind; unnamed ones never outlive the process)",
 	},
 	{
+		.name = "disk_read", .type = OPTION_ENUM, .offset = FIELD(disk_read),
+		.default_value = "direct", .env = "DORMANT_DISK_READ",
+		.values = VALUES("direct", "cached"),
+		.doc = "how a wake reads disk copies: direct (O_DIRECT, around the page cache) "
+		       "or cached (through the page cache with the kernel's read-ahead, each "
+		       "piece dropped from the cache once read)",
+	},
+	{
 		.name = "warmup", .type = OPTION_ENUM, .offset = FIELD(warmup),
 		.default_value = "auto", .env = "DORMANT_WARMUP",
 		.values = VALUES("auto", "device", "off"),

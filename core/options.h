@@ -38,6 +38,7 @@ struct dormant_options {
 	char disk_dir[DORMANT_PATH_MAX]; /* "" after options_resolve(): $TMPDIR or /tmp */
 	size_t disk_chunk_bytes;
 	bool disk_names;
+	const char *disk_read;
 	const char *warmup;
 	int warmup_settle_ms;
 	const char *residue;

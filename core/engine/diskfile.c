@@ -127,6 +127,27 @@ int diskstore_create(struct backend *b, const char *dir, uint64_t size, bool nam
 	return 0;
 }
 
+int diskstore_read_cached(struct diskstore *s)
+{
+	int flags;
+
+	if (atomic_exchange(&s->cached, true))
+		return 0;
+	if (s->direct) {
+		flags = fcntl(s->fd, F_GETFL);
+		if (flags < 0 || fcntl(s->fd, F_SETFL, flags & ~O_DIRECT) < 0) {
+			int r = -errno;
+
+			atomic_store(&s->cached, false);
+			return error_set(r, "reading a disk copy through the page cache: %s",
+					 strerror(-r));
+		}
+	}
+	/* advice only: a kernel that ignores it reads with its default window */
+	(void)posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	return 0;
+}
+
 void diskstore_put(struct diskstore *s)
 {
 	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
@@ -185,7 +206,12 @@ int diskfile_read(struct backend *b, struct diskfile *f, void *buf, size_t size,
 
 	if (r < 0)
 		return error_prefix(r, "reading a disk copy");
-	return transfer_all(f, buf, size, offset, false);
+	r = transfer_all(f, buf, size, offset, false);
+	/* read once: its pages need not stay (advice; a failure loses nothing) */
+	if (r == 0 && atomic_load(&f->store->cached))
+		(void)posix_fadvise(f->store->fd, (off_t)(f->base + offset), (off_t)size,
+				    POSIX_FADV_DONTNEED);
+	return r;
 }
 
 #define CHECK_PIECE (1 * MiB)

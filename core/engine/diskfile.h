@@ -40,6 +40,7 @@ struct copy_plan;
 struct diskstore {
 	int fd;
 	bool direct;          /* opened with O_DIRECT */
+	atomic_bool cached;   /* read through the page cache (diskstore_read_cached()) */
 	_Atomic unsigned refs; /* ranges, and its creator until diskstore_put() */
 	uint64_t size;        /* bytes allocated on disk */
 	char *name;           /* its name in the directory (disk_names), or NULL */
@@ -60,6 +61,12 @@ struct diskfile {
  * directory. */
 int diskstore_create(struct backend *b, const char *dir, uint64_t size, bool named,
 		     struct diskstore **ret);
+/* From now on read s through the page cache: O_DIRECT off its descriptor,
+ * the kernel told the reads are sequential (read-ahead runs ahead of them),
+ * and each piece dropped from the cache once read, so that the copy does not
+ * stay in host memory (disk_read=cached). Once per store; later calls, and
+ * a store that was never O_DIRECT, only return 0. -errno (fcntl). */
+int diskstore_read_cached(struct diskstore *s);
 /* Drop the caller's hold; the file closes with its last range. */
 void diskstore_put(struct diskstore *s);
 /* Open f as bytes [base, base + size) of s (inside it, aligned). */

@@ -247,6 +247,11 @@ static int issue_disk_runs(struct pipeline *p, struct xfer_item *it, size_t piec
 	size_t run = 0, done = 0;
 	int r = 0;
 
+	if (p->e->disk_read_cached) {
+		r = diskstore_read_cached(it->chunk->disk.store);
+		if (r < 0)
+			return error_prefix(r, "tag '%s'", it->owner.tag);
+	}
 	pthread_mutex_init(&q.lock, NULL);
 	pthread_cond_init(&q.done, NULL);
 	for (;;) {
