@@ -163,7 +163,9 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      read or write (at most a staging slot: staging_bytes/4)
  *   disk_names         bool   $DORMANT_DISK_NAMES  false: give disk copies a
  *                      name in disk_dir while they exist (a crash then leaves
- *                      them behind; unnamed files never outlive the process)
+ *                      them behind; unnamed files never outlive the process),
+ *                      one file per allocation (unnamed: one per tag); disk
+ *                      allocations then get chunks of their own, not a slab's
  *   disk_read          direct|cached  $DORMANT_DISK_READ  direct: how a wake
  *                      reads disk copies: O_DIRECT around the page cache, or
  *                      through it with the kernel's read-ahead (each piece

@@ -787,6 +787,16 @@ static bool alloc_policy_valid(int policy)
 	       policy == DORMANT_POLICY_TAG;
 }
 
+/* Whether an allocation of policy (or its tag's) goes to a named disk file
+ * of its own: disk_names lists a file per allocation, as torch_memory_saver
+ * does (the engine gives each allocation its file then), so such
+ * allocations get chunks of their own instead of a slab's share. */
+static bool disk_named(const struct dormant *m, const struct tag *tag, int policy)
+{
+	return m->engine.disk_names &&
+	       (policy == DORMANT_POLICY_TAG ? tag->policy : policy) == DORMANT_DISK;
+}
+
 DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int policy,
 					size_t size, int device, void **ret_ptr)
 {
@@ -824,8 +834,9 @@ DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int
 	}
 	r = granularity_get(m, device, &(size_t){ 0 });
 	if (r == 0)
-		r = size <= SLAB_ALLOC_MAX ? slab_alloc(m, tag, policy, size, device, &a)
-					   : alloc_map(m, tag, policy, size, device, &a);
+		r = size <= SLAB_ALLOC_MAX && !disk_named(m, tag, policy)
+			    ? slab_alloc(m, tag, policy, size, device, &a)
+			    : alloc_map(m, tag, policy, size, device, &a);
 	if (r < 0) {
 		error_prefix(r, "allocating %zu bytes under tag '%s' on device %d", size, name,
 			     device);

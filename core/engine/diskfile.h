@@ -2,7 +2,8 @@
 /*
  * Disk copies: where DORMANT_DISK chunks live while asleep. A sleep gives
  * each tag one file per device (struct diskstore: one descriptor, however
- * many chunks), in the manager's disk directory, and each chunk a range of
+ * many chunks; with disk_names one per allocation, as torch_memory_saver
+ * lists them), in the manager's disk directory, and each chunk a range of
  * it (struct diskfile). The file is created without a name (O_TMPFILE; where
  * the file system lacks it, created and unlinked at once), so that nothing
  * is left behind when the process exits or dies: the space is the file

@@ -26,12 +26,22 @@ static bool disk_copies(const struct xfer_item *it, int d)
 	       it->chunk->mapped && it->chunk->plan.kept > 0;
 }
 
-/* Files for the DORMANT_DISK chunks that sleep on device d: one per tag,
- * each chunk a range of it (its plan laid out in blocks), in the directory
- * this sleep uses, so that a tag holds one descriptor however many chunks
- * it has, and its copy is one file read from start to end on wake; and the
- * staging ring the pieces go through. A chunk whose file cannot be made
- * gets none, and the sleep fails before any copy. */
+/* Whether items a and b (disk copies of one device) share a file: of one
+ * tag; with disk_names, of one allocation too (torch_memory_saver lists a
+ * file per allocation, and tools written for it count them). */
+static bool disk_same_file(const struct engine *e, const struct xfer_item *a,
+			   const struct xfer_item *b)
+{
+	return a->owner.held == b->owner.held && (!e->disk_names || a->owner.ptr == b->owner.ptr);
+}
+
+/* Files for the DORMANT_DISK chunks that sleep on device d: one per tag
+ * (with disk_names, one per allocation: disk_same_file()), each chunk a
+ * range of it (its plan laid out in blocks), in the directory this sleep
+ * uses, so that a tag holds one descriptor however many chunks it has, and
+ * its copy is one file read from start to end on wake; and the staging ring
+ * the pieces go through. A chunk whose file cannot be made gets none, and
+ * the sleep fails before any copy. */
 static int disk_ready(struct engine *e, int d, struct xfer_item *items, size_t count)
 {
 	bool any = false;
@@ -54,15 +64,14 @@ static int disk_ready(struct engine *e, int d, struct xfer_item *items, size_t c
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < count; i++) {
-		struct held_bytes *tag = items[i].owner.held;
 		struct diskstore *store;
 		uint64_t size = 0;
 
-		/* a tag's first chunk without a file: the tag's file */
+		/* the first chunk of a file's share without a file: its file */
 		if (!disk_copies(&items[i], d) || items[i].chunk->disk.open)
 			continue;
 		for (size_t k = i; k < count; k++)
-			if (items[k].owner.held == tag && disk_copies(&items[k], d))
+			if (disk_same_file(e, &items[i], &items[k]) && disk_copies(&items[k], d))
 				size += plan_align(&items[k].chunk->plan, DISKFILE_ALIGN);
 		r = diskstore_create(e->backend, e->disk_dir, size, e->disk_names, &store);
 		if (r < 0)
@@ -72,11 +81,11 @@ static int disk_ready(struct engine *e, int d, struct xfer_item *items, size_t c
 			struct chunk *c = items[k].chunk;
 			uint64_t bytes;
 
-			if (items[k].owner.held != tag || !disk_copies(&items[k], d))
+			if (!disk_same_file(e, &items[i], &items[k]) || !disk_copies(&items[k], d))
 				continue;
 			bytes = plan_align(&c->plan, DISKFILE_ALIGN);
 			diskfile_open(store, size, bytes, &c->disk);
-			engine_account_disk(tag, (int64_t)bytes);
+			engine_account_disk(items[k].owner.held, (int64_t)bytes);
 			size += bytes;
 		}
 		diskstore_put(store);

@@ -207,8 +207,9 @@ Test(disk, names_show_while_asleep_and_go_on_wake_free_and_destroy)
 
 	scene_make(&s, "disk_names=true");
 	cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
-	/* the big allocation's 3 chunks and the slab's one: one file */
-	cr_expect_eq(dir_entries(), 1, "one named file for the tag");
+	/* named, as torch_memory_saver's: a file per allocation, the big one's
+	 * 3 chunks in one and the slab's chunk (the small one) in another */
+	cr_expect_eq(dir_entries(), 2, "one named file per allocation");
 	cr_expect_eq(dir_bytes(), stats(s.m)->disk_bytes, "the files are the disk bytes");
 	cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
 	cr_expect_eq(dir_entries(), 0);
@@ -228,6 +229,55 @@ Test(disk, names_show_while_asleep_and_go_on_wake_free_and_destroy)
 	cr_expect_eq(dir_entries(), 0);
 }
 
+/* The descriptors this process holds on files in the test's directory
+ * (named or not: an unnamed file's link reads "DIR/#inode (deleted)"): how
+ * many, the bytes the file system allocated for them, and how many read
+ * around the page cache (O_DIRECT in /proc/self/fdinfo). */
+struct disk_fds {
+	int count, direct;
+	uint64_t allocated;
+};
+
+static struct disk_fds disk_fds(void)
+{
+	struct disk_fds out = { 0, 0, 0 };
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		char link[300], target[512], info[300], line[128];
+		struct stat st;
+		ssize_t n;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n < 0)
+			continue;
+		target[n] = 0;
+		if (strncmp(target, dir, strlen(dir)) != 0 || target[strlen(dir)] != '/')
+			continue;
+		out.count++;
+		if (stat(link, &st) == 0)
+			out.allocated += (uint64_t)st.st_blocks * 512;
+		snprintf(info, sizeof(info), "/proc/self/fdinfo/%s", e->d_name);
+		f = fopen(info, "r");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned long flags;
+
+			if (sscanf(line, "flags: %lo", &flags) == 1)
+				out.direct += (flags & O_DIRECT) != 0;
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return out;
+}
+
 /* Descriptors this process holds. */
 static int fd_count(void)
 {
@@ -242,89 +292,43 @@ static int fd_count(void)
 	return n;
 }
 
-/* Bytes the file system holds for the files in the test's directory. */
-static uint64_t dir_allocated(void)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	uint64_t sum = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d))) {
-		struct stat st;
-
-		if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
-			sum += (uint64_t)st.st_blocks * 512;
-	}
-	closedir(d);
-	return sum;
-}
-
-/* issue 32: a tag's copy is one file, one descriptor, however many chunks
- * it has; two disk tags hold two. */
+/* Unnamed (the default): one file, one descriptor, per disk tag however
+ * many chunks and allocations it has. Named (disk_names, the drop-in's): one
+ * per allocation, as torch_memory_saver lists them; still not per chunk. */
 Test(disk, a_tag_holds_one_file_and_one_descriptor_however_many_chunks)
 {
-	struct scene s;
-	void *other;
-	int awake;
+	for (int named = 0; named < 2; named++) {
+		struct scene s;
+		void *other;
+		int awake;
 
-	scene_make(&s, "disk_names=true");
-	cr_assert_eq(dormant_set_policy(s.m, "cold2", DORMANT_DISK), 0);
-	cr_assert_eq(dormant_alloc(s.m, "cold2", 9 * MiB, &other), 0);
-	fill(s.m, other, 9 * MiB, 7);
-	for (int cycle = 0; cycle < 2; cycle++) {
-		awake = fd_count();
-		cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
-		cr_expect_eq(fd_count() - awake, 2, "cycle %d: one descriptor per disk tag, "
-			     "not one per chunk (%d more)", cycle, fd_count() - awake);
-		cr_expect_eq(dir_entries(), 2, "one file per disk tag");
-		cr_expect_eq(dir_bytes(), stats(s.m)->disk_bytes, "the files are the disk bytes");
-		cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
-		cr_expect_eq(fd_count(), awake, "the descriptors go with the wake");
-		cr_expect_eq(dir_entries(), 0);
-		expect_intact(&s);
-		cr_expect(holds(s.m, other, 9 * MiB, 7), "the second tag's allocation lost");
-	}
-	dormant_destroy(s.m);
-}
+		scene_make(&s, named ? "disk_names=true" : "");
+		cr_assert_eq(dormant_set_policy(s.m, "cold2", DORMANT_DISK), 0);
+		cr_assert_eq(dormant_alloc(s.m, "cold2", 9 * MiB, &other), 0);
+		fill(s.m, other, 9 * MiB, 7);
+		for (int cycle = 0; cycle < 2; cycle++) {
+			/* cold: the big allocation (3 chunks) and the slab's; cold2: one */
+			int files = named ? 3 : 2;
 
-/* Whether the descriptor of the disk copy in the test's directory reads
- * around the page cache (O_DIRECT in its /proc/self/fdinfo flags): 1 or 0,
- * -1 when no descriptor points into the directory. */
-static int disk_fd_direct(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int found = -1;
-
-	cr_assert_not_null(d);
-	while (found < 0 && (e = readdir(d))) {
-		char link[64], target[512], info[64], line[128];
-		ssize_t n;
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
-		n = readlink(link, target, sizeof(target) - 1);
-		if (n < 0)
-			continue;
-		target[n] = 0;
-		if (strncmp(target, dir, strlen(dir)) != 0)
-			continue;
-		snprintf(info, sizeof(info), "/proc/self/fdinfo/%s", e->d_name);
-		f = fopen(info, "r");
-		while (f && fgets(line, sizeof(line), f)) {
-			unsigned long flags;
-
-			if (sscanf(line, "flags: %lo", &flags) == 1)
-				found = (flags & O_DIRECT) != 0;
+			awake = fd_count();
+			cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
+			cr_expect_eq(fd_count() - awake, files, "named=%d cycle %d: %d descriptors, "
+				     "not one per chunk (%d more)", named, cycle, files,
+				     fd_count() - awake);
+			cr_expect_eq(disk_fds().count, files, "named=%d: the descriptors are the "
+				     "disk copies'", named);
+			cr_expect_eq(dir_entries(), named ? files : 0, "named=%d", named);
+			if (named)
+				cr_expect_eq(dir_bytes(), stats(s.m)->disk_bytes,
+					     "the files are the disk bytes");
+			cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
+			cr_expect_eq(fd_count(), awake, "the descriptors go with the wake");
+			cr_expect_eq(dir_entries(), 0);
+			expect_intact(&s);
+			cr_expect(holds(s.m, other, 9 * MiB, 7), "the second tag's allocation lost");
 		}
-		if (f)
-			fclose(f);
+		dormant_destroy(s.m);
 	}
-	closedir(d);
-	return found;
 }
 
 /* disk_read=cached: the wake reads through the page cache (O_DIRECT off the
@@ -335,25 +339,22 @@ Test(disk, cached_reads_leave_o_direct_and_wake_intact_and_retry)
 {
 	for (int cached = 0; cached < 2; cached++) {
 		struct scene s;
-		int before;
 
-		scene_make(&s, cached ? "disk_names=true,disk_read=cached"
-				      : "disk_names=true,disk_read=direct");
+		scene_make(&s, cached ? "disk_read=cached" : "disk_read=direct");
 		cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
-		before = disk_fd_direct();
-		cr_assert_geq(before, 0, "no descriptor of the disk copy in %s", dir);
-		if (!before)
+		cr_assert_eq(disk_fds().count, 1, "no descriptor of the disk copy in %s", dir);
+		if (disk_fds().direct == 0)
 			cr_skip("%s takes no O_DIRECT: the two read modes look alike here", dir);
 		/* the third disk call of the wake fails: some pieces were read */
 		cr_assert_eq(dormant_debug_inject_fault(s.m, DORMANT_FAULT_DISK, 3, -EIO, false), 0);
 		cr_assert_eq(wake_all(s.m), -EIO, "cached=%d: %s", cached, dormant_last_error());
 		expect_all(s.m, DORMANT_ASLEEP);
-		cr_expect_eq(disk_fd_direct(), cached ? 0 : 1,
+		cr_expect_eq(disk_fds().direct, cached ? 0 : 1,
 			     "disk_read=%s: O_DIRECT %s after the wake's reads",
 			     cached ? "cached" : "direct", cached ? "still on" : "gone");
 		cr_assert_eq(wake_all(s.m), 0, "retry: %s", dormant_last_error());
 		expect_intact(&s);
-		cr_expect_eq(disk_fd_direct(), -1, "the file closes with the wake");
+		cr_expect_eq(disk_fds().count, 0, "the file closes with the wake");
 		dormant_destroy(s.m);
 	}
 }
@@ -367,25 +368,26 @@ Test(disk, an_allocation_freed_while_asleep_gives_its_space_back)
 	uint64_t before, after, held;
 	void *own;
 
-	scene_make(&s, "disk_names=true");
+	scene_make(&s, ""); /* unnamed: the tag's allocations share one file */
 	cr_assert_eq(dormant_alloc(s.m, "cold", 40 * MiB, &own), 0, "%s", dormant_last_error());
 	fill(s.m, own, 40 * MiB, 8);
 	cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
-	before = dir_allocated();
+	cr_assert_eq(disk_fds().count, 1, "one file for the tag");
+	before = disk_fds().allocated;
 	held = tag_stats(stats(s.m), "cold")->disk_bytes;
 	cr_assert_geq(before, 40 * MiB + BIG, "the file holds the copy (%llu bytes)",
 		      (unsigned long long)before);
 	cr_assert_eq(dormant_free(s.m, own), 0, "%s", dormant_last_error());
-	after = dir_allocated();
+	after = disk_fds().allocated;
 	cr_expect_eq(tag_stats(stats(s.m), "cold")->disk_bytes, held - 40 * MiB,
 		     "counted off the tag");
-	cr_expect_eq(dir_entries(), 1, "the other allocations' copies are still there");
+	cr_expect_eq(disk_fds().count, 1, "the other allocations' copies are still there");
 	cr_expect_leq(after, before - 40 * MiB + 64 * KiB, "its space was punched out "
 		      "(%llu of %llu bytes left)", (unsigned long long)after,
 		      (unsigned long long)before);
 	cr_assert_eq(wake_all(s.m), 0, "%s", dormant_last_error());
 	expect_intact(&s);
-	cr_expect_eq(dir_entries(), 0);
+	cr_expect_eq(disk_fds().count, 0);
 	dormant_destroy(s.m);
 }
 
