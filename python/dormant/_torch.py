@@ -47,16 +47,23 @@ import contextlib
 import ctypes
 import errno
 import logging
+import os
 import threading
 import time
 import weakref
 
 import torch
 
+from .nccl import _lean
 from .errors import (BusyError, DormantError, InvalidArgumentError, NoDeviceError,
                      UnsupportedError)
 
 log = logging.getLogger("dormant")
+
+if _lean.ENV not in os.environ:
+    # $DORMANT_RESIDUE=checkpoint: one-rank NCCL groups capped, now that torch
+    # is here (import dormant did it already where torch came first)
+    _lean.lean_from_env()
 
 # Free blocks smaller than this are not marked: they save little and would
 # cut the copy of their chunk into more pieces.

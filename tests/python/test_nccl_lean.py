@@ -128,6 +128,39 @@ def test_the_environment():
             _lean.lean_from_env(dist=FakeDist(), environ={_lean.ENV: bad})
 
 
+def test_residue_checkpoint_caps_one_rank_groups_by_default():
+    torch_in = {"torch": object()}
+    dist = FakeDist()
+    assert _lean.lean_from_env(dist=dist, environ={"DORMANT_RESIDUE": "checkpoint"},
+                               modules=torch_in) == 1
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) == (1, 1)
+    dist.new_group([0, 1])
+    assert cap_of(dist.made[-1]) is None, "several ranks keep their channels"
+
+
+@pytest.mark.parametrize("environ, modules", [
+    ({"DORMANT_RESIDUE": "keep"}, {"torch": 1}),
+    ({}, {"torch": 1}),
+    ({"DORMANT_RESIDUE": "checkpoint", _lean.ENV: "off"}, {"torch": 1}),
+    ({"DORMANT_RESIDUE": "checkpoint"}, {}),  # no torch yet: never imported for it
+])
+def test_no_default_cap_without_checkpoint_torch_or_with_off(environ, modules):
+    dist = FakeDist()
+    assert _lean.lean_from_env(dist=dist, environ=environ, modules=modules) is None
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) is None
+
+
+def test_the_default_never_overrides_a_cap_in_force():
+    dist = FakeDist()
+    _lean.lean_one_rank_groups(4, dist=dist)
+    assert _lean.lean_from_env(dist=dist, environ={"DORMANT_RESIDUE": "checkpoint"},
+                               modules={"torch": 1}) is None
+    dist.new_group([0])
+    assert cap_of(dist.made[-1]) == (1, 4)
+
+
 @pytest.mark.parametrize("value, says", [("x", "DORMANT_NCCL_ONE_RANK_CTAS takes a whole number"),
                                          ("off", None)])
 def test_import_dormant_reads_the_environment(value, says):

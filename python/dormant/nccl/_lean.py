@@ -16,7 +16,9 @@ $WORLD_SIZE 1) with backend "nccl". Groups of several ranks are left alone: the 
 groups made after the call, so call it before the program makes its groups
 (Megatron's initialize_model_parallel()). $DORMANT_NCCL_ONE_RANK_CTAS=N does
 the same from `import dormant` on (lean_from_env(); it imports
-torch.distributed only then).
+torch.distributed only then), and so does $DORMANT_RESIDUE=checkpoint with
+cap 1 where torch is imported before dormant (or when dormant's PyTorch glue
+loads); $DORMANT_NCCL_ONE_RANK_CTAS=off keeps the groups as NCCL makes them.
 """
 import os
 
@@ -100,10 +102,33 @@ def _options(dist, max_ctas):
     return options
 
 
-def lean_from_env(*, dist=None, environ=None):
-    """lean_one_rank_groups() with $DORMANT_NCCL_ONE_RANK_CTAS's cap, when it
-    is set; returns the cap, or None when it is not."""
-    ctas = ctas_from((os.environ if environ is None else environ).get(ENV))
+def lean_from_env(*, dist=None, environ=None, modules=None):
+    """lean_one_rank_groups() as the environment asks; returns the cap put in
+    force, or None.
+
+    $DORMANT_NCCL_ONE_RANK_CTAS=N: cap N (imports torch.distributed; "off"
+    or "" turns the default below off). Unset, with $DORMANT_RESIDUE=checkpoint:
+    cap 1 by default, since every byte left on the device is copied by the
+    checkpoint and a one-rank collective uses no channel; only where torch is
+    already imported (modules: sys.modules unless given), so that a process
+    without torch (an orchestrator's client) never imports it, and only where
+    no cap is in force yet (an explicit lean_one_rank_groups() call wins)."""
+    import sys
+
+    env = os.environ if environ is None else environ
+    value = env.get(ENV)
+    if value is None and env.get("DORMANT_RESIDUE", "").strip().lower() == "checkpoint":
+        if "torch" not in (sys.modules if modules is None else modules):
+            return None
+        if dist is None:
+            try:
+                import torch.distributed as dist
+            except ImportError:
+                return None
+        if getattr(getattr(dist, "new_group", None), "_dormant_lean", None) is not None:
+            return None
+        return lean_one_rank_groups(1, dist=dist)
+    ctas = ctas_from(value)
     if ctas is None:
         return None
     if dist is None:
