@@ -129,12 +129,11 @@ int diskstore_create(struct backend *b, const char *dir, uint64_t size, bool nam
 
 int diskstore_read_cached(struct diskstore *s)
 {
-	int flags;
-
 	if (atomic_exchange(&s->cached, true))
 		return 0;
 	if (s->direct) {
-		flags = fcntl(s->fd, F_GETFL);
+		int flags = fcntl(s->fd, F_GETFL);
+
 		if (flags < 0 || fcntl(s->fd, F_SETFL, flags & ~O_DIRECT) < 0) {
 			int r = -errno;
 
