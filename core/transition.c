@@ -667,7 +667,7 @@ static int transition_move(struct dormant *m, struct transition *t)
 			if (r < 0)
 				engine_wake_undo(&m->engine, t->items, t->item_count, &t->totals);
 			else
-				engine_wake_commit(&m->engine, t->items, t->item_count);
+				engine_copies_done(&m->engine, t->items, t->item_count);
 		}
 	}
 	if (r < 0)

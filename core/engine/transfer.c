@@ -590,11 +590,10 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 		snprintf(rollback, sizeof(rollback), "%s", dormant_last_error());
 	}
 	engine_warnings_add(t, &undo);
-	/* What came back is the wake's; copies made for chunks that never
-	 * left the device are not needed. */
-	if (rr == 0)
-		engine_wake_commit(e, items, count);
-	engine_copies_done(e, items, count, false);
+	/* What came back is the wake's (wake_items() gave back what it
+	 * mapped if it failed); copies made for chunks that never left the
+	 * device are not needed. */
+	engine_copies_done(e, items, count);
 	if (rr < 0)
 		return error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
 				 rollback);
