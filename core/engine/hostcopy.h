@@ -27,11 +27,12 @@ void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk
 void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c);
 /* The copies of items that no wake needs any more, once the data is on the
  * device: each chunk's host copy as engine_host_done() says and its disk
- * copy removed. That is every item's chunk on the device now: those a wake
- * (or a sleep's rollback) mapped (mapped_here), whose retained host copy
- * (retain mode, its hash known) now holds what the device has, and, after a
- * sleep rolled back, those that never left the device. One pass: the wake's
- * commit, and the end of a rollback whatever came back. */
+ * copy removed. That is every item's chunk on the device now: first those
+ * a wake (or a sleep's rollback) mapped (mapped_here), whose retained host
+ * copy (retain mode, its hash known) now holds what the device has; then,
+ * after a sleep rolled back, those that never left the device. One call,
+ * each chunk once: the wake's commit, and the end of a rollback whatever
+ * came back. */
 void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count);
 
 #endif
