@@ -3,9 +3,9 @@
  * Host copies after their transition (a stage of the engine, above state.h):
  * freed on a worker, unpinned and handed to the kernel (host mode
  * reclaimable), or kept pinned under reclaimable_pinned_bytes, as the host
- * mode says once a wake no longer needs them; and the wake's commit, which
- * gives them up. Freeing one now, and waiting for its unpin, are state.h's
- * (engine_host_free(), engine_host_settle()).
+ * mode says once a wake no longer needs them (engine_copies_done(): a
+ * wake's commit, a sleep's rollback). Freeing one now, and waiting for its
+ * unpin, are state.h's (engine_host_free(), engine_host_settle()).
  */
 #ifndef DORMANT_ENGINE_HOSTCOPY_H
 #define DORMANT_ENGINE_HOSTCOPY_H
@@ -25,16 +25,14 @@ void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk
  * says: retain keeps it, release frees it on a worker, reclaimable unpins it
  * on a worker (or keeps it pinned under reclaimable_pinned_bytes). */
 void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c);
-/* The copies of items that no wake needs any more, each chunk's host copy
- * as engine_host_done() says and its disk copy removed. restored: the
- * chunks a wake mapped (mapped_here), whose retained host copy (retain
- * mode, its hash known) now holds what the device has; else every chunk
- * still mapped (a sleep rolled back: copies made for chunks that never left
- * the device). */
-void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count,
-			bool restored);
-/* The wake is done, the data on the device: engine_copies_done() of what
- * it restored. */
-void engine_wake_commit(struct engine *e, struct xfer_item *items, size_t count);
+/* The copies of items that no wake needs any more, once the data is on the
+ * device: each chunk's host copy as engine_host_done() says and its disk
+ * copy removed. That is every item's chunk on the device now: first those
+ * a wake (or a sleep's rollback) mapped (mapped_here), whose retained host
+ * copy (retain mode, its hash known) now holds what the device has; then,
+ * after a sleep rolled back, those that never left the device. One call,
+ * each chunk once: the wake's commit, and the end of a rollback whatever
+ * came back. */
+void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count);
 
 #endif

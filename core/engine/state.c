@@ -33,16 +33,6 @@ void engine_time_add(_Atomic uint64_t *ns, double start)
 	atomic_fetch_add(ns, (uint64_t)((now_monotonic_s() - start) * 1e9));
 }
 
-void engine_times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
-{
-	t->times.release_s = (double)(atomic_load(&e->release_ns) - m->release_ns) / 1e9;
-	t->times.map_s = (double)(atomic_load(&e->map_ns) - m->map_ns) / 1e9;
-	t->times.host_prep_s = (double)(atomic_load(&e->host_prep_ns) - m->host_prep_ns) / 1e9;
-	t->times.host_pin_s = (double)(atomic_load(&e->host_pin_ns) - m->host_pin_ns) / 1e9;
-	t->times.setup_s = (double)(atomic_load(&e->setup_ns) - m->setup_ns) / 1e9;
-	t->times.copy_s = t->copy_s;
-}
-
 void engine_warn(struct xfer_totals *t, const char *fmt, ...)
 {
 	va_list ap;

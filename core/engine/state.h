@@ -152,14 +152,6 @@ void engine_account_disk(struct held_bytes *held, int64_t delta);
  * engine's life; hostcopy.c keeps it under reclaim_lock): told in t. */
 void engine_reclaim_warning(struct engine *e, struct xfer_totals *t);
 
-/* The calls' times of one transition (dormant_transition_times), from the
- * engine's counters: marked when it starts (transfer.c), told into t when
- * it ends. */
-struct time_marks {
-	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
-};
-void engine_times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t);
-
 /* ---- a chunk's pieces, given back ----------------------------------------- *
  * Each with its accounting, from any thread; the stages and transfer.c call
  * them, and the manager engine_chunk_drop() (through transfer.h). */

@@ -428,8 +428,13 @@ serial:
 	return 0;
 }
 
-/* The engine's time counters as a transition starts (state.h: struct
- * time_marks); engine_times_since() tells the times since into its totals. */
+/* The calls' times of one transition (dormant_transition_times), from the
+ * engine's counters (state.h), which every stage adds to: marked when it
+ * starts (times_mark()), told into its totals when it ends (times_since()). */
+struct time_marks {
+	uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
+};
+
 static void times_mark(struct engine *e, struct time_marks *m)
 {
 	m->release_ns = atomic_load(&e->release_ns);
@@ -437,6 +442,16 @@ static void times_mark(struct engine *e, struct time_marks *m)
 	m->host_prep_ns = atomic_load(&e->host_prep_ns);
 	m->host_pin_ns = atomic_load(&e->host_pin_ns);
 	m->setup_ns = atomic_load(&e->setup_ns);
+}
+
+static void times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
+{
+	t->times.release_s = (double)(atomic_load(&e->release_ns) - m->release_ns) / 1e9;
+	t->times.map_s = (double)(atomic_load(&e->map_ns) - m->map_ns) / 1e9;
+	t->times.host_prep_s = (double)(atomic_load(&e->host_prep_ns) - m->host_prep_ns) / 1e9;
+	t->times.host_pin_s = (double)(atomic_load(&e->host_pin_ns) - m->host_pin_ns) / 1e9;
+	t->times.setup_s = (double)(atomic_load(&e->setup_ns) - m->setup_ns) / 1e9;
+	t->times.copy_s = t->copy_s;
 }
 
 /* ---- sleep --------------------------------------------------------------- */
@@ -561,7 +576,7 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 	 * fails before rolls back with it intact, and nothing is lost. */
 	if (r == 0)
 		r = engine_release_policy(e, -1, DORMANT_REBUILD, items, count, t);
-	engine_times_since(e, &marks, t);
+	times_since(e, &marks, t);
 	engine_reclaim_warning(e, t);
 	if (r == 0)
 		return 0;
@@ -575,11 +590,10 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 		snprintf(rollback, sizeof(rollback), "%s", dormant_last_error());
 	}
 	engine_warnings_add(t, &undo);
-	/* What came back is the wake's; copies made for chunks that never
-	 * left the device are not needed. */
-	if (rr == 0)
-		engine_wake_commit(e, items, count);
-	engine_copies_done(e, items, count, false);
+	/* What came back is the wake's (wake_items() gave back what it
+	 * mapped if it failed); copies made for chunks that never left the
+	 * device are not needed. */
+	engine_copies_done(e, items, count);
 	if (rr < 0)
 		return error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
 				 rollback);
@@ -825,7 +839,7 @@ int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct 
 	memset(t, 0, sizeof(*t));
 	times_mark(e, &marks);
 	r = wake_items(e, items, count, t);
-	engine_times_since(e, &marks, t);
+	times_since(e, &marks, t);
 	engine_reclaim_warning(e, t);
 	return r;
 }

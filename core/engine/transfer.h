@@ -12,7 +12,7 @@
  *  - mapper.c:   device memory of a wake: created and mapped ahead;
  *  - checksum.c: the chunks' checksums (verify.h);
  *  - hostcopy.c: host copies once their wake is done, as the host mode says,
- *                and the wake's commit (engine_wake_commit());
+ *                a wake's commit and a rollback's end (engine_copies_done());
  *  - state.c:    at the bottom, the engine's state, the accounting, timing
  *                and warnings the others report into, and a chunk's pieces
  *                given back: a wake's undo (engine_wake_undo()) and a
@@ -76,11 +76,11 @@ void engine_finish(struct engine *e);
 int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
 /* items: every unmapped chunk of the tags waking. Maps, zero-fills and
  * restores them all; on failure gives back what it mapped. The host copies
- * stay until engine_wake_commit() (the wake is done) or engine_wake_undo()
+ * stay until engine_copies_done() (the wake is done) or engine_wake_undo()
  * (a rebuild callback failed: give back what engine_wake() mapped, the host
  * copies intact for a retry). */
 int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
-/* (engine_wake_commit() is hostcopy.h's, engine_wake_undo() state.h's.) */
+/* (engine_copies_done() is hostcopy.h's, engine_wake_undo() state.h's.) */
 
 /* Set device d up for transitions, once (a transition's first step, or
  * ahead of it: the warm-up): its streams and events, the backend's checksum
