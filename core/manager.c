@@ -794,7 +794,7 @@ static bool alloc_policy_valid(int policy)
 static bool disk_named(const struct dormant *m, const struct tag *tag, int policy)
 {
 	return m->engine.disk_names &&
-	       (policy == DORMANT_POLICY_TAG ? tag->policy : policy) == DORMANT_DISK;
+	       (policy == DORMANT_POLICY_TAG ? (int)tag->policy : policy) == DORMANT_DISK;
 }
 
 DORMANT_EXPORT int dormant_alloc_policy(struct dormant *m, const char *name, int policy,
