@@ -47,7 +47,6 @@ import contextlib
 import ctypes
 import errno
 import logging
-import os
 import threading
 import time
 import weakref
@@ -60,10 +59,9 @@ from .errors import (BusyError, DormantError, InvalidArgumentError, NoDeviceErro
 
 log = logging.getLogger("dormant")
 
-if _lean.ENV not in os.environ:
-    # $DORMANT_RESIDUE=checkpoint: one-rank NCCL groups capped, now that torch
-    # is here (import dormant did it already where torch came first)
-    _lean.lean_from_env()
+# $DORMANT_RESIDUE=checkpoint: one-rank NCCL groups capped, now that torch is
+# here (import dormant did it already where torch came first)
+_lean.lean_by_default()
 
 # Free blocks smaller than this are not marked: they save little and would
 # cut the copy of their chunk into more pieces.

@@ -152,6 +152,18 @@ def test_no_default_cap_without_checkpoint_torch_or_with_off(environ, modules):
     assert cap_of(dist.made[-1]) is None
 
 
+def test_the_glue_default_leaves_an_explicit_variable_alone():
+    # dormant's PyTorch glue calls lean_by_default(): a variable set, even
+    # to a cap, is import dormant's business, never overridden here
+    for value in ("4", "off"):
+        dist = FakeDist()
+        assert _lean.lean_by_default(dist=dist, environ={"DORMANT_RESIDUE": "checkpoint",
+                                                         _lean.ENV: value},
+                                     modules={"torch": 1}) is None
+        dist.new_group([0])
+        assert cap_of(dist.made[-1]) is None
+
+
 def test_the_default_never_overrides_a_cap_in_force():
     dist = FakeDist()
     _lean.lean_one_rank_groups(4, dist=dist)

@@ -102,33 +102,40 @@ def _options(dist, max_ctas):
     return options
 
 
-def lean_from_env(*, dist=None, environ=None, modules=None):
-    """lean_one_rank_groups() as the environment asks; returns the cap put in
-    force, or None.
-
-    $DORMANT_NCCL_ONE_RANK_CTAS=N: cap N (imports torch.distributed; "off"
-    or "" turns the default below off). Unset, with $DORMANT_RESIDUE=checkpoint:
-    cap 1 by default, since every byte left on the device is copied by the
-    checkpoint and a one-rank collective uses no channel; only where torch is
-    already imported (modules: sys.modules unless given), so that a process
-    without torch (an orchestrator's client) never imports it, and only where
-    no cap is in force yet (an explicit lean_one_rank_groups() call wins)."""
+def lean_by_default(*, dist=None, environ=None, modules=None):
+    """The cap dormant sets unasked: 1 with $DORMANT_RESIDUE=checkpoint and
+    $DORMANT_NCCL_ONE_RANK_CTAS unset ("off" or "" turns it off), since every
+    byte left on the device is copied by the checkpoint and a one-rank
+    collective uses no channel; only where torch is already imported
+    (modules: sys.modules unless given), so that a process without torch (an
+    orchestrator's client) never imports it, and only where no cap is in
+    force yet (an explicit lean_one_rank_groups() call wins). Returns the cap
+    put in force, or None. dormant's PyTorch glue calls it when it loads."""
     import sys
 
     env = os.environ if environ is None else environ
-    value = env.get(ENV)
-    if value is None and env.get("DORMANT_RESIDUE", "").strip().lower() == "checkpoint":
-        if "torch" not in (sys.modules if modules is None else modules):
+    if ENV in env or env.get("DORMANT_RESIDUE", "").strip().lower() != "checkpoint":
+        return None
+    if "torch" not in (sys.modules if modules is None else modules):
+        return None
+    if dist is None:
+        try:
+            import torch.distributed as dist
+        except ImportError:
             return None
-        if dist is None:
-            try:
-                import torch.distributed as dist
-            except ImportError:
-                return None
-        if getattr(getattr(dist, "new_group", None), "_dormant_lean", None) is not None:
-            return None
-        return lean_one_rank_groups(1, dist=dist)
-    ctas = ctas_from(value)
+    if getattr(getattr(dist, "new_group", None), "_dormant_lean", None) is not None:
+        return None
+    return lean_one_rank_groups(1, dist=dist)
+
+
+def lean_from_env(*, dist=None, environ=None, modules=None):
+    """lean_one_rank_groups() as the environment asks; returns the cap put in
+    force, or None. $DORMANT_NCCL_ONE_RANK_CTAS=N: cap N (imports
+    torch.distributed); unset: lean_by_default()."""
+    env = os.environ if environ is None else environ
+    if ENV not in env:
+        return lean_by_default(dist=dist, environ=env, modules=modules)
+    ctas = ctas_from(env[ENV])
     if ctas is None:
         return None
     if dist is None:
