@@ -147,9 +147,17 @@ def test_residue_checkpoint_caps_one_rank_groups_by_default():
 ])
 def test_no_default_cap_without_checkpoint_torch_or_with_off(environ, modules):
     dist = FakeDist()
-    assert _lean.lean_from_env(dist=dist, environ=environ, modules=modules) is None
+    meta_path = []
+    assert _lean.lean_from_env(dist=dist, environ=environ, modules=modules,
+                               meta_path=meta_path) is None
     dist.new_group([0])
     assert cap_of(dist.made[-1]) is None
+    # without torch yet, a watch for torch.distributed is left, once
+    watching = "torch" not in modules and environ.get("DORMANT_RESIDUE") == "checkpoint" \
+        and _lean.ENV not in environ
+    assert len(meta_path) == (1 if watching else 0)
+    _lean.lean_from_env(dist=dist, environ=environ, modules=modules, meta_path=meta_path)
+    assert len(meta_path) == (1 if watching else 0)
 
 
 def test_the_glue_default_leaves_an_explicit_variable_alone():
@@ -208,6 +216,50 @@ def test_import_dormant_caps_the_groups_made_after_it(tmp_path):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[2, None]"
+
+
+FAKE_DISTRIBUTED = (
+    "import os\n"
+    "class _Config:\n    min_ctas = max_ctas = None\n"
+    "class _Options:\n    def __init__(self):\n        self.config = _Config()\n"
+    "class ProcessGroupNCCL:\n    Options = _Options\n"
+    "made = []\n"
+    "def get_world_size():\n    return 8\n"
+    "def get_backend():\n    return 'nccl'\n"
+    "def init_process_group(backend=None, **kwargs):\n"
+    "    made.append(kwargs.get('pg_options'))\n"
+    "def new_group(ranks=None, **kwargs):\n    made.append(kwargs.get('pg_options'))\n")
+
+
+@pytest.mark.parametrize("torch_imports_distributed", [True, False])
+@pytest.mark.parametrize("order", ["dormant first", "torch first"])
+def test_residue_checkpoint_caps_groups_in_either_import_order(tmp_path, order,
+                                                               torch_imports_distributed):
+    """$DORMANT_RESIDUE=checkpoint and no cap variable: the one-rank WORLD and
+    groups a program makes are capped whether it imports dormant or torch
+    first, and before any region() (Megatron's groups come first); a program
+    that imports dormant alone never loads torch."""
+    (tmp_path / "torch" / "distributed").mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "from . import distributed\n" if torch_imports_distributed else "")
+    (tmp_path / "torch" / "distributed" / "__init__.py").write_text(FAKE_DISTRIBUTED)
+    python = pathlib.Path(__file__).resolve().parents[2] / "python"
+    env = {k: v for k, v in os.environ.items() if k not in (_lean.ENV, "WORLD_SIZE")}
+    env.update(DORMANT_RESIDUE="checkpoint",
+               PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
+    first = "import dormant, torch" if order == "dormant first" else "import torch, dormant"
+    code = (f"import sys; {first}; import torch.distributed as d\n"
+            "d.init_process_group(backend='nccl', world_size=1, rank=0)\n"
+            "d.new_group([5]); d.new_group([0, 1])\n"
+            "print([None if o is None else o.config.max_ctas for o in d.made])\n"
+            "print(sum(type(f).__name__ == '_DistributedWatch' for f in sys.meta_path))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[1, 1, None]", "0"]
+    r = subprocess.run([sys.executable, "-c", "import sys, dormant; print('torch' in sys.modules)"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 
 
 def test_a_one_rank_world_made_with_nccl_gets_the_cap(monkeypatch):

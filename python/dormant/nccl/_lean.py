@@ -17,10 +17,15 @@ groups made after the call, so call it before the program makes its groups
 (Megatron's initialize_model_parallel()). $DORMANT_NCCL_ONE_RANK_CTAS=N does
 the same from `import dormant` on (lean_from_env(); it imports
 torch.distributed only then), and so does $DORMANT_RESIDUE=checkpoint with
-cap 1 where torch is imported before dormant (or when dormant's PyTorch glue
-loads); $DORMANT_NCCL_ONE_RANK_CTAS=off keeps the groups as NCCL makes them.
+cap 1, in whichever order the program imports dormant and torch: where torch
+is not imported yet, `import dormant` leaves a one-shot import hook that puts
+the cap in force as soon as torch.distributed has loaded, so that the groups
+a program makes before its first region() are capped too (importing dormant
+never imports torch for it); $DORMANT_NCCL_ONE_RANK_CTAS=off keeps the
+groups as NCCL makes them.
 """
 import os
+import sys
 
 ENV = "DORMANT_NCCL_ONE_RANK_CTAS"
 
@@ -102,21 +107,22 @@ def _options(dist, max_ctas):
     return options
 
 
-def lean_by_default(*, dist=None, environ=None, modules=None):
+def lean_by_default(*, dist=None, environ=None, modules=None, meta_path=None):
     """The cap dormant sets unasked: 1 with $DORMANT_RESIDUE=checkpoint and
     $DORMANT_NCCL_ONE_RANK_CTAS unset ("off" or "" turns it off), since every
     byte left on the device is copied by the checkpoint and a one-rank
-    collective uses no channel; only where torch is already imported
-    (modules: sys.modules unless given), so that a process without torch (an
-    orchestrator's client) never imports it, and only where no cap is in
-    force yet (an explicit lean_one_rank_groups() call wins). Returns the cap
-    put in force, or None. dormant's PyTorch glue calls it when it loads."""
-    import sys
-
+    collective uses no channel; and only where no cap is in force yet (an
+    explicit lean_one_rank_groups() call wins). Where torch is not imported
+    yet (modules: sys.modules unless given) it imports nothing, so that a
+    process without torch (an orchestrator's client) never loads it: it
+    leaves a _DistributedWatch on meta_path (sys.meta_path unless given) that
+    calls it again once torch.distributed has loaded. Returns the cap put in
+    force now, or None. import dormant and dormant's PyTorch glue call it."""
     env = os.environ if environ is None else environ
     if ENV in env or env.get("DORMANT_RESIDUE", "").strip().lower() != "checkpoint":
         return None
     if "torch" not in (sys.modules if modules is None else modules):
+        _DistributedWatch.install(sys.meta_path if meta_path is None else meta_path, env)
         return None
     if dist is None:
         try:
@@ -128,13 +134,13 @@ def lean_by_default(*, dist=None, environ=None, modules=None):
     return lean_one_rank_groups(1, dist=dist)
 
 
-def lean_from_env(*, dist=None, environ=None, modules=None):
+def lean_from_env(*, dist=None, environ=None, modules=None, meta_path=None):
     """lean_one_rank_groups() as the environment asks; returns the cap put in
     force, or None. $DORMANT_NCCL_ONE_RANK_CTAS=N: cap N (imports
     torch.distributed); unset: lean_by_default()."""
     env = os.environ if environ is None else environ
     if ENV not in env:
-        return lean_by_default(dist=dist, environ=env, modules=modules)
+        return lean_by_default(dist=dist, environ=env, modules=modules, meta_path=meta_path)
     ctas = ctas_from(env[ENV])
     if ctas is None:
         return None
@@ -144,3 +150,75 @@ def lean_from_env(*, dist=None, environ=None, modules=None):
         except ImportError as e:
             raise ImportError(f"{ENV} is set, and it needs torch.distributed: {e}") from e
     return lean_one_rank_groups(ctas, dist=dist)
+
+
+class _DistributedWatch:
+    """A one-shot import hook: the first import of torch.distributed runs as
+    it would without it, and lean_by_default() follows once the module has
+    loaded (before the importer gets it back). It finds nothing itself (the
+    other finders do) and leaves meta_path after that import, or at once
+    where torch.distributed is already loaded. At most one per meta_path."""
+
+    NAME = "torch.distributed"
+
+    def __init__(self, meta_path, environ):
+        self.meta_path = meta_path
+        self.environ = environ
+
+    @classmethod
+    def install(cls, meta_path, environ):
+        if not any(isinstance(f, cls) for f in meta_path):
+            meta_path.insert(0, cls(meta_path, environ))
+
+    def _leave(self):
+        try:
+            self.meta_path.remove(self)
+        except ValueError:
+            pass
+
+    def find_spec(self, name, path, target=None):
+        if name != self.NAME:
+            return None
+        self._leave()
+        for finder in list(self.meta_path):
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenLean(spec.loader, self.environ)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+class _ThenLean:
+    """A loader that runs another and then lean_by_default() on the module;
+    anything else asked of it is the other's answer. The cap is best effort:
+    a torch.distributed without new_group (not built with it) or one that
+    fails to take it is left as it loaded."""
+
+    def __init__(self, loader, environ):
+        self._loader = loader
+        self._environ = environ
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        if not callable(getattr(module, "new_group", None)):
+            return
+        try:
+            lean_by_default(dist=module, environ=self._environ, modules={"torch": True})
+        except Exception:  # noqa: BLE001 (an import never fails for the cap)
+            import logging
+            logging.getLogger("dormant").warning(
+                "could not cap torch.distributed's one-rank NCCL groups", exc_info=True)
