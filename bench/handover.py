@@ -148,6 +148,20 @@ def process_groups(torch):
     return {"count": len(pg_map), "backends": names}
 
 
+def process_rss(status="/proc/self/status"):
+    """This process's resident host memory in bytes (VmRSS: pinned copies and
+    NCCL's host buffers included once touched), or None where unreadable.
+    Read from /proc, so it answers while the process is checkpointed."""
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def memory_report(dm, torch=None, segments_of=None):
     """What the trainer holds, from its own side (asleep, the driver asks):
     dormant's numbers (device bytes it still holds, host bytes of the copies)
@@ -158,6 +172,9 @@ def memory_report(dm, torch=None, segments_of=None):
                        "managed_bytes": sum(d["managed_bytes"] for d in st["devices"])}}
     residue = st.get("residue") or {}
     rep["residue"] = {k: residue.get(k) for k in ("mode", "state", "residue_bytes", "last")}
+    rss = process_rss()
+    if rss is not None:
+        rep["process"] = {"rss_bytes": rss}
     # checkpointed (residue mode): a CUDA call would wait for the wake
     if torch is None or residue.get("state") == "checkpointed":
         return rep
@@ -874,6 +891,9 @@ def memory_summary(reports):
         vals = [m["dormant"][k] for m in reports if "dormant" in m]
         if vals:
             out["dormant_" + k] = statistics.median(vals)
+    vals = [m["process"]["rss_bytes"] for m in reports if "process" in m]
+    if vals:
+        out["process_rss_bytes"] = statistics.median(vals)
     last = next((m for m in reversed(reports) if "torch" in m), None)
     if last is not None:
         out["largest_outside"] = last["torch"]["largest_outside"]
@@ -911,6 +931,8 @@ def memory_line(r):
     if "dormant_device_bytes" in m:
         parts.append(f"dormant holds {mib(m['dormant_device_bytes'])} MiB on the device, "
                      f"{mib(m['dormant_host_bytes'])} MiB of host copies")
+    if "process_rss_bytes" in m:
+        parts.append(f"process resident on the host {mib(m['process_rss_bytes'])} MiB")
     if m.get("error"):
         parts.append(f"report failed: {m['error']}")
     return f"{r['label'][:20]:20s} asleep: " + "; ".join(parts or ["no report"])

@@ -193,7 +193,8 @@ def test_memory_line_splits_nvidia_smis_figure():
                           "pools_reserved": 1536 * MiB, "pools_allocated": 1512 * MiB,
                           "outside_reserved": 112 * MiB, "outside_allocated": 96 * MiB,
                           "outside_segments": 2, "largest_outside": [64 * MiB, 32 * MiB]},
-                "groups": {"count": 3, "backends": ["nccl"]}}] * 2
+                "groups": {"count": 3, "backends": ["nccl"]},
+                "process": {"rss_bytes": 5000 * MiB}}] * 2
     r = {"label": "mcore-overlap1", "trainer_asleep_mib": 2630,
          "memory_asleep": handover.memory_summary(reports)}
     line = handover.memory_line(r)
@@ -202,6 +203,17 @@ def test_memory_line_splits_nvidia_smis_figure():
     assert "process groups 3 (nccl)" in line
     r["nccl_comms"] = 2
     assert "process groups 3 (nccl); NCCL communicators made 2; dormant" in handover.memory_line(r)
+    assert line.endswith("10 MiB of host copies; process resident on the host 5000 MiB")
+
+
+def test_process_rss_reads_vmrss(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython3\nVmHWM:\t  900 kB\nVmRSS:\t  2048 kB\nThreads:\t4\n")
+    assert handover.process_rss(str(status)) == 2048 * 1024
+    status.write_text("Name:\tpython3\n")
+    assert handover.process_rss(str(status)) is None
+    assert handover.process_rss(str(tmp_path / "none")) is None
+    assert handover.process_rss() > 0           # this process, from /proc
 
 
 def test_nccl_comms_counts_init_complete_lines(tmp_path):
