@@ -360,6 +360,14 @@ def corrupt(t):
         t.kept_tensors()[0].view(-1)[7] += 1
 
 
+def one_rank_cap():
+    """The NCCL cap dormant.nccl put on this process's one-rank groups, or
+    None (none in force, or no torch.distributed loaded)."""
+    dist = sys.modules.get("torch.distributed")
+    state = getattr(getattr(dist, "new_group", None), "_dormant_lean", None)
+    return None if state is None else state.get("max_ctas")
+
+
 def trainer_main(args):
     import dormant
     dm = dormant.Manager(backend=args.backend, host_mode=args.host_mode,
@@ -384,6 +392,7 @@ def trainer_main(args):
         "tags": t.tags, "build_s": build_s, "device_bytes": st["totals"]["device_bytes"],
         "by_tag": {x["tag"]: x["bytes"] for x in st["tags"]},
         "wake_overlap": os.environ.get("DORMANT_WAKE_OVERLAP", "1") != "0",
+        "one_rank_ctas": one_rank_cap(),
     }))
     expected = pointers = None
     for line in sys.stdin:
@@ -727,7 +736,8 @@ def run_trainer(args, overlap, ceiling, out, checks):
     try:
         ready = json.loads(trainer.expect("READY"))
         result.update(params=ready["params"], build_s=ready["build_s"],
-                      device_bytes=ready["device_bytes"], by_tag=ready["by_tag"])
+                      device_bytes=ready["device_bytes"], by_tag=ready["by_tag"],
+                      one_rank_ctas=ready.get("one_rank_ctas"))
         url = ready["url"]
         once = Client([url], retries=0, raise_on_error=False, timeout=120)
         retrying = Client([url], retries=60, backoff=0.05, max_delay=0.5,
@@ -928,6 +938,8 @@ def memory_line(r):
             parts.append(f"process groups {g['count']} ({'/'.join(g['backends'])})")
     if r.get("nccl_comms") is not None:
         parts.append(f"NCCL communicators made {r['nccl_comms']}")
+    if r.get("one_rank_ctas") is not None:
+        parts.append(f"one-rank NCCL groups capped at {r['one_rank_ctas']} CTAs")
     if "dormant_device_bytes" in m:
         parts.append(f"dormant holds {mib(m['dormant_device_bytes'])} MiB on the device, "
                      f"{mib(m['dormant_host_bytes'])} MiB of host copies")

@@ -204,6 +204,9 @@ def test_memory_line_splits_nvidia_smis_figure():
     r["nccl_comms"] = 2
     assert "process groups 3 (nccl); NCCL communicators made 2; dormant" in handover.memory_line(r)
     assert line.endswith("10 MiB of host copies; process resident on the host 5000 MiB")
+    r["one_rank_ctas"] = 1
+    assert "NCCL communicators made 2; one-rank NCCL groups capped at 1 CTAs; dormant" \
+        in handover.memory_line(r)
 
 
 def test_process_rss_reads_vmrss(tmp_path):
