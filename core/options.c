@@ -67,9 +67,12 @@ static const struct option_row options[] = {
 	},
 	{
 		.name = "pin_host", .type = OPTION_BOOL, .offset = FIELD(pin_host),
-		.default_value = "true", .env = "DORMANT_PIN_HOST",
+		.default_value = "true", .default_doc = "true; false with residue=checkpoint",
+		.env = "DORMANT_PIN_HOST",
 		.doc = "pin host copies (false: keep them in ordinary memory and copy through "
-		       "the staging ring, where pinned memory is scarce)",
+		       "the staging ring, where pinned memory is scarce, or under residue="
+		       "checkpoint, whose checkpoint and restore take longer with every "
+		       "registered host byte)",
 	},
 	{
 		.name = "pin_piece_bytes", .type = OPTION_SIZE, .offset = FIELD(pin_piece_bytes),
@@ -389,12 +392,14 @@ int options_resolve(const struct dormant_options *o, struct dormant_options *ret
 		if (o && (o->set & (1ull << i))) {
 			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
 			       option_field_size(opt->type));
+			r.given |= 1ull << i;
 			continue;
 		}
 		if (opt->env && (env = getenv(opt->env)) && *env) {
 			err = option_parse(opt, env, &r);
 			if (err < 0)
 				return error_prefix(err, "$%s (option %s)", opt->env, opt->name);
+			r.given |= 1ull << i;
 			continue;
 		}
 		option_default(opt, &r);
@@ -455,6 +460,13 @@ DORMANT_EXPORT int dormant_options_parse(struct dormant_options *o, const char *
 	if (r < 0)
 		return r;
 	return options_apply(o, text);
+}
+
+bool options_given(const struct dormant_options *o, const char *name)
+{
+	size_t i;
+
+	return option_find(name, &i) && (o->given & (1ull << i));
 }
 
 int options_format(const struct dormant_options *o, const char *name, char *buf, size_t size)

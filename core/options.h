@@ -50,6 +50,9 @@ struct dormant_options {
 	void *log_userdata;
 	/* which rows were set with dormant_options_set() */
 	unsigned long long set;
+	/* after options_resolve(): which rows took their value from o or from
+	 * the environment, not from the table's default */
+	unsigned long long given;
 };
 
 /*
@@ -60,6 +63,10 @@ struct dormant_options {
  * for a bad environment variable.
  */
 int options_resolve(const struct dormant_options *o, struct dormant_options *ret);
+
+/* Whether option name of a resolved o was set or came from the environment
+ * (false: its default, or no such option). */
+bool options_given(const struct dormant_options *o, const char *name);
 
 /* Write option name of o as text (what dormant_options_set() takes) into buf.
  * Returns its length, -EINVAL (unknown name), -ENOSPC (buf too small). */

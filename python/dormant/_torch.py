@@ -59,8 +59,8 @@ from .errors import (BusyError, DormantError, InvalidArgumentError, NoDeviceErro
 
 log = logging.getLogger("dormant")
 
-# $DORMANT_RESIDUE=checkpoint: one-rank NCCL groups capped, now that torch is
-# here (import dormant did it already where torch came first)
+# one-rank NCCL groups capped unless $DORMANT_NCCL_ONE_RANK_CTAS says
+# otherwise (import dormant did it already, or left a hook that did)
 _lean.lean_by_default()
 
 # Free blocks smaller than this are not marked: they save little and would

@@ -360,3 +360,42 @@ Test(options, guard_timeout_zero_does_not_wait)
 	dormant_free(m, p);
 	dormant_destroy(m);
 }
+
+/* residue=checkpoint: registered host memory slows the driver's checkpoint
+ * and restore, so the host copies stay unpinned unless pin_host is given,
+ * as an option or through its variable. */
+Test(options, pin_host_is_false_under_residue_checkpoint_unless_given)
+{
+	struct dormant_options *o = options_on_host();
+	struct dormant *m;
+
+	cr_assert_eq(dormant_options_set(o, "residue", "checkpoint"), 0, "%s", dormant_last_error());
+	m = manager_new(o);
+	expect_value(m, "pin_host", "false");
+	dormant_destroy(m);
+
+	cr_assert_eq(dormant_options_set(o, "pin_host", "true"), 0);
+	m = manager_new(o);
+	expect_value(m, "pin_host", "true");
+	dormant_destroy(m);
+
+	cr_assert_eq(dormant_options_set(o, "pin_host", NULL), 0);
+	setenv("DORMANT_PIN_HOST", "true", 1);
+	m = manager_new(o);
+	expect_value(m, "pin_host", "true");
+	dormant_destroy(m);
+	unsetenv("DORMANT_PIN_HOST");
+
+	/* the mode from its variable counts the same; keep leaves pinning on */
+	cr_assert_eq(dormant_options_set(o, "residue", NULL), 0);
+	setenv("DORMANT_RESIDUE", "checkpoint", 1);
+	m = manager_new(o);
+	expect_value(m, "pin_host", "false");
+	dormant_destroy(m);
+	setenv("DORMANT_RESIDUE", "keep", 1);
+	m = manager_new(o);
+	expect_value(m, "pin_host", "true");
+	dormant_destroy(m);
+	unsetenv("DORMANT_RESIDUE");
+	dormant_options_destroy(o);
+}

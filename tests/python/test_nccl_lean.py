@@ -116,7 +116,6 @@ def test_a_bad_cap_is_refused_and_nothing_is_wrapped(bad):
 
 def test_the_environment():
     dist = FakeDist()
-    assert _lean.lean_from_env(dist=dist, environ={}) is None
     assert _lean.lean_from_env(dist=dist, environ={_lean.ENV: "off"}) is None
     dist.new_group([0])
     assert cap_of(dist.made[-1]) is None
@@ -128,11 +127,11 @@ def test_the_environment():
             _lean.lean_from_env(dist=FakeDist(), environ={_lean.ENV: bad})
 
 
-def test_residue_checkpoint_caps_one_rank_groups_by_default():
-    torch_in = {"torch": object()}
+@pytest.mark.parametrize("residue", ["checkpoint", "keep", None])
+def test_one_rank_groups_are_capped_by_default_in_every_residue_mode(residue):
+    environ = {} if residue is None else {"DORMANT_RESIDUE": residue}
     dist = FakeDist()
-    assert _lean.lean_from_env(dist=dist, environ={"DORMANT_RESIDUE": "checkpoint"},
-                               modules=torch_in) == 1
+    assert _lean.lean_from_env(dist=dist, environ=environ, modules={"torch": 1}) == 1
     dist.new_group([0])
     assert cap_of(dist.made[-1]) == (1, 1)
     dist.new_group([0, 1])
@@ -140,12 +139,11 @@ def test_residue_checkpoint_caps_one_rank_groups_by_default():
 
 
 @pytest.mark.parametrize("environ, modules", [
-    ({"DORMANT_RESIDUE": "keep"}, {"torch": 1}),
-    ({}, {"torch": 1}),
-    ({"DORMANT_RESIDUE": "checkpoint", _lean.ENV: "off"}, {"torch": 1}),
-    ({"DORMANT_RESIDUE": "checkpoint"}, {}),  # no torch yet: never imported for it
+    ({_lean.ENV: "off"}, {"torch": 1}),
+    ({"DORMANT_RESIDUE": "checkpoint", _lean.ENV: ""}, {"torch": 1}),
+    ({}, {}),  # no torch yet: never imported for it
 ])
-def test_no_default_cap_without_checkpoint_torch_or_with_off(environ, modules):
+def test_no_default_cap_with_off_or_without_torch(environ, modules):
     dist = FakeDist()
     meta_path = []
     assert _lean.lean_from_env(dist=dist, environ=environ, modules=modules,
@@ -153,8 +151,7 @@ def test_no_default_cap_without_checkpoint_torch_or_with_off(environ, modules):
     dist.new_group([0])
     assert cap_of(dist.made[-1]) is None
     # without torch yet, a watch for torch.distributed is left, once
-    watching = "torch" not in modules and environ.get("DORMANT_RESIDUE") == "checkpoint" \
-        and _lean.ENV not in environ
+    watching = "torch" not in modules and _lean.ENV not in environ
     assert len(meta_path) == (1 if watching else 0)
     _lean.lean_from_env(dist=dist, environ=environ, modules=modules, meta_path=meta_path)
     assert len(meta_path) == (1 if watching else 0)
@@ -175,8 +172,7 @@ def test_the_glue_default_leaves_an_explicit_variable_alone():
 def test_the_default_never_overrides_a_cap_in_force():
     dist = FakeDist()
     _lean.lean_one_rank_groups(4, dist=dist)
-    assert _lean.lean_from_env(dist=dist, environ={"DORMANT_RESIDUE": "checkpoint"},
-                               modules={"torch": 1}) is None
+    assert _lean.lean_from_env(dist=dist, environ={}, modules={"torch": 1}) is None
     dist.new_group([0])
     assert cap_of(dist.made[-1]) == (1, 4)
 
@@ -233,9 +229,9 @@ FAKE_DISTRIBUTED = (
 
 @pytest.mark.parametrize("torch_imports_distributed", [True, False])
 @pytest.mark.parametrize("order", ["dormant first", "torch first"])
-def test_residue_checkpoint_caps_groups_in_either_import_order(tmp_path, order,
-                                                               torch_imports_distributed):
-    """$DORMANT_RESIDUE=checkpoint and no cap variable: the one-rank WORLD and
+def test_the_default_caps_groups_in_either_import_order(tmp_path, order,
+                                                        torch_imports_distributed):
+    """No cap variable: the one-rank WORLD and
     groups a program makes are capped whether it imports dormant or torch
     first, and before any region() (Megatron's groups come first); a program
     that imports dormant alone never loads torch."""
@@ -244,9 +240,9 @@ def test_residue_checkpoint_caps_groups_in_either_import_order(tmp_path, order,
         "from . import distributed\n" if torch_imports_distributed else "")
     (tmp_path / "torch" / "distributed" / "__init__.py").write_text(FAKE_DISTRIBUTED)
     python = pathlib.Path(__file__).resolve().parents[2] / "python"
-    env = {k: v for k, v in os.environ.items() if k not in (_lean.ENV, "WORLD_SIZE")}
-    env.update(DORMANT_RESIDUE="checkpoint",
-               PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
+    env = {k: v for k, v in os.environ.items()
+           if k not in (_lean.ENV, "WORLD_SIZE", "DORMANT_RESIDUE")}
+    env.update(PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
     first = "import dormant, torch" if order == "dormant first" else "import torch, dormant"
     code = (f"import sys; {first}; import torch.distributed as d\n"
             "d.init_process_group(backend='nccl', world_size=1, rank=0)\n"

@@ -16,13 +16,13 @@ $WORLD_SIZE 1) with backend "nccl". Groups of several ranks are left alone: the 
 groups made after the call, so call it before the program makes its groups
 (Megatron's initialize_model_parallel()). $DORMANT_NCCL_ONE_RANK_CTAS=N does
 the same from `import dormant` on (lean_from_env(); it imports
-torch.distributed only then), and so does $DORMANT_RESIDUE=checkpoint with
-cap 1, in whichever order the program imports dormant and torch: where torch
-is not imported yet, `import dormant` leaves a one-shot import hook that puts
-the cap in force as soon as torch.distributed has loaded, so that the groups
-a program makes before its first region() are capped too (importing dormant
-never imports torch for it); $DORMANT_NCCL_ONE_RANK_CTAS=off keeps the
-groups as NCCL makes them.
+torch.distributed only then). Unset, dormant puts cap 1 in force by default
+(lean_by_default()), in whichever order the program imports dormant and
+torch: where torch is not imported yet, `import dormant` leaves a one-shot
+import hook that puts the cap in force as soon as torch.distributed has
+loaded, so that the groups a program makes before its first region() are
+capped too (importing dormant never imports torch for it).
+$DORMANT_NCCL_ONE_RANK_CTAS=off keeps the groups as NCCL makes them.
 """
 import os
 import sys
@@ -108,18 +108,20 @@ def _options(dist, max_ctas):
 
 
 def lean_by_default(*, dist=None, environ=None, modules=None, meta_path=None):
-    """The cap dormant sets unasked: 1 with $DORMANT_RESIDUE=checkpoint and
-    $DORMANT_NCCL_ONE_RANK_CTAS unset ("off" or "" turns it off), since every
-    byte left on the device is copied by the checkpoint and a one-rank
-    collective uses no channel; and only where no cap is in force yet (an
-    explicit lean_one_rank_groups() call wins). Where torch is not imported
+    """The cap dormant sets unasked: 1 with $DORMANT_NCCL_ONE_RANK_CTAS unset
+    ("off" or "" turns it off). A one-rank collective never runs on NCCL's
+    channels (a copy, or NCCL's own small kernel), while each channel holds
+    device buffers: capped, a one-rank communicator holds about 10 MiB
+    instead of about 384 (H100), which a sleeping trainer keeps (residue
+    keep) or the checkpoint copies (residue checkpoint). Only where no cap is
+    in force yet (an explicit lean_one_rank_groups() call wins). Where torch is not imported
     yet (modules: sys.modules unless given) it imports nothing, so that a
     process without torch (an orchestrator's client) never loads it: it
     leaves a _DistributedWatch on meta_path (sys.meta_path unless given) that
     calls it again once torch.distributed has loaded. Returns the cap put in
     force now, or None. import dormant and dormant's PyTorch glue call it."""
     env = os.environ if environ is None else environ
-    if ENV in env or env.get("DORMANT_RESIDUE", "").strip().lower() != "checkpoint":
+    if ENV in env:
         return None
     if "torch" not in (sys.modules if modules is None else modules):
         _DistributedWatch.install(sys.meta_path if meta_path is None else meta_path, env)
