@@ -26,11 +26,14 @@ def groups():
     # In the gpu suite's one pytest process the Megatron tests made the
     # default group (and theirs) already: use it, and leave it.
     ours = not dist.is_initialized()
+    # Options of their own: NCCL's full channels, whose memory these tests
+    # see given back (dormant caps one-rank groups made without options)
     if ours:
         store = dist.FileStore(tempfile.mktemp(prefix="dormant-nccl-"), 1)
-        dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1,
+                                pg_options=dist.ProcessGroupNCCL.Options())
     assert dist.get_world_size() == 1, "a one-rank test"
-    made = [dist.new_group([0]) for _ in range(3)]
+    made = [dist.new_group([0], pg_options=dist.ProcessGroupNCCL.Options()) for _ in range(3)]
     for g in [None] + made:  # a communicator each (WORLD too)
         t = torch.ones(1024, device="cuda")
         dist.all_reduce(t, group=g)
