@@ -216,3 +216,41 @@ const char *option_type_name(enum option_type type)
 
 	return (size_t)type < ARRAY_SIZE(names) ? names[type] : "unknown";
 }
+
+const char *option_row_default_text(const struct option_row *row)
+{
+	return row->default_doc ? row->default_doc : row->default_value;
+}
+
+int option_rows_resolve(const struct option_row *rows, size_t count, const void *given,
+			unsigned long long set, unsigned long long env_skip, void *out,
+			unsigned long long *ret_from_env, const char *who)
+{
+	unsigned long long from_env = 0;
+	const char *env;
+	int r;
+
+	for (size_t i = 0; i < count; i++) {
+		const struct option_row *row = &rows[i];
+
+		if (given && (set & (1ull << i))) {
+			memcpy((char *)out + row->offset, (const char *)given + row->offset,
+			       option_field_size(row->type));
+			continue;
+		}
+		if (row->env && !(env_skip & (1ull << i)) && (env = getenv(row->env)) && *env) {
+			r = option_parse(row, env, out);
+			if (r < 0)
+				return error_prefix(r, "$%s (%s %s)", row->env, who, row->name);
+			from_env |= 1ull << i;
+			continue;
+		}
+		/* the tables' defaults parse: tests/core/test_options.c and
+		 * tests/http/test_server_options.c */
+		if (row->default_value)
+			(void)option_parse(row, row->default_value, out);
+	}
+	if (ret_from_env)
+		*ret_from_env = from_env;
+	return 0;
+}

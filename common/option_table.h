@@ -84,4 +84,20 @@ const char *option_type_name(enum option_type type);
 /* An enum row's values as "a|b|c" into buf (cut to fit); the length written. */
 size_t option_values_text(const struct option_row *row, char *buf, size_t size);
 
+/* What a listing says of row's default: default_doc, else default_value
+ * (NULL: none). */
+const char *option_row_default_text(const struct option_row *row);
+
+/* Give each field of rows[0..count) (at most 64) in the zeroed struct at out
+ * its value: from the struct at given where row i's bit of set is on (given
+ * may be NULL), else from the row's environment variable when it is set,
+ * not empty and row i's bit of env_skip is off, else the row's default.
+ * *ret_from_env (may be NULL) gets the bits of the rows that came from the
+ * environment. A bad variable fails it (-EINVAL), the message naming the
+ * variable and "who name" (who: "option", "server option"); out is then
+ * part filled. */
+int option_rows_resolve(const struct option_row *rows, size_t count, const void *given,
+			unsigned long long set, unsigned long long env_skip, void *out,
+			unsigned long long *ret_from_env, const char *who);
+
 #endif

@@ -250,19 +250,6 @@ static void enum_texts_build(void)
 			option_values_text(&options[i], enum_texts[i], sizeof(enum_texts[i]));
 }
 
-/* Give row opt of a fresh (zeroed) *o its default: the row's default_value,
- * else zero. */
-static void option_default(const struct option_row *opt, struct dormant_options *o)
-{
-	int r;
-
-	if (!opt->default_value)
-		return;
-	/* the table's defaults parse: tests/core/test_options.c */
-	r = option_parse(opt, opt->default_value, o);
-	(void)r;
-}
-
 /* ---- the public calls ---------------------------------------------------- */
 
 DORMANT_EXPORT int dormant_options_new(struct dormant_options **ret)
@@ -363,9 +350,7 @@ DORMANT_EXPORT const char *dormant_option_values(size_t i)
 
 DORMANT_EXPORT const char *dormant_option_default(size_t i)
 {
-	if (i >= ARRAY_SIZE(options))
-		return NULL;
-	return options[i].default_doc ? options[i].default_doc : options[i].default_value;
+	return i < ARRAY_SIZE(options) ? option_row_default_text(&options[i]) : NULL;
 }
 
 DORMANT_EXPORT const char *dormant_option_env(size_t i)
@@ -383,32 +368,19 @@ DORMANT_EXPORT const char *dormant_option_doc(size_t i)
 int options_resolve(const struct dormant_options *o, struct dormant_options *ret)
 {
 	struct dormant_options r = { 0 };
-	const char *env;
+	unsigned long long from_env;
 	int err;
 
-	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		const struct option_row *opt = &options[i];
-
-		if (o && (o->set & (1ull << i))) {
-			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
-			       option_field_size(opt->type));
-			r.given |= 1ull << i;
-			continue;
-		}
-		if (opt->env && (env = getenv(opt->env)) && *env) {
-			err = option_parse(opt, env, &r);
-			if (err < 0)
-				return error_prefix(err, "$%s (option %s)", opt->env, opt->name);
-			r.given |= 1ull << i;
-			continue;
-		}
-		option_default(opt, &r);
-	}
+	err = option_rows_resolve(options, ARRAY_SIZE(options), o, o ? o->set : 0, 0, &r,
+				  &from_env, "option");
+	if (err < 0)
+		return err;
 	if (o) {
 		r.log_fn = o->log_fn;
 		r.log_userdata = o->log_userdata;
 	}
 	r.set = o ? o->set : 0;
+	r.given = r.set | from_env;
 	*ret = r;
 	return 0;
 }

@@ -371,9 +371,7 @@ DORMANT_EXPORT const char *dormant_server_option_type(size_t i)
 
 DORMANT_EXPORT const char *dormant_server_option_default(size_t i)
 {
-	if (i >= ARRAY_SIZE(options))
-		return NULL;
-	return options[i].default_doc ? options[i].default_doc : options[i].default_value;
+	return i < ARRAY_SIZE(options) ? option_row_default_text(&options[i]) : NULL;
 }
 
 DORMANT_EXPORT const char *dormant_server_option_env(size_t i)
@@ -396,36 +394,22 @@ static bool group_set(const struct dormant_server_options *o, int group)
 	return false;
 }
 
-/* The values of every row, before the checks across rows. */
+/* The values of every row, before the checks across rows: a row of an
+ * env_group the caller set any of reads no variable. */
 static int rows_resolve(const struct dormant_server_options *o, struct dormant_server_options *ret)
 {
 	struct dormant_server_options r = { 0 };
-	const char *env;
+	unsigned long long env_skip = 0, from_env;
 	int err;
 
-	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
-		const struct option_row *opt = &options[i];
-
-		if (o && (o->set & (1ull << i))) {
-			memcpy((char *)&r + opt->offset, (const char *)o + opt->offset,
-			       option_field_size(opt->type));
-			continue;
-		}
-		if (opt->env && !group_set(o, opt->env_group) && (env = getenv(opt->env)) &&
-		    *env) {
-			err = option_parse(opt, env, &r);
-			if (err < 0)
-				return error_prefix(err, "$%s (server option %s)", opt->env,
-						    opt->name);
-			r.from_env |= 1ull << i;
-			continue;
-		}
-		if (opt->default_value) {
-			/* the table's defaults parse: tests/http/test_server_options.c */
-			err = option_parse(opt, opt->default_value, &r);
-			(void)err;
-		}
-	}
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++)
+		if (group_set(o, options[i].env_group))
+			env_skip |= 1ull << i;
+	err = option_rows_resolve(options, ARRAY_SIZE(options), o, o ? o->set : 0, env_skip, &r,
+				  &from_env, "server option");
+	if (err < 0)
+		return err;
+	r.from_env = from_env;
 	if (o) {
 		r.stats_extra = o->stats_extra;
 		r.stats_extra_userdata = o->stats_extra_userdata;
