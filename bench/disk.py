@@ -14,6 +14,11 @@ each program in a process of its own:
   - ddN: the same with --dd-streams (4) dd processes at once, each its own
     part of the file: the ceiling of a disk that serves several requests at
     once, as dormant's reads and writes keep several in flight;
+  - ddbuf: one `dd bs=256M` through the page cache (written with fsync, read
+    after the cache is dropped): the access pattern of torch_memory_saver's
+    disk backup (buffered 256 MiB preads, the kernel's read-ahead ahead of
+    them), to tell on a new disk whether reading through the cache
+    (disk_read=cached) or around it (direct) should win;
   - dormant API: a tag with policy "disk" holding --gib GiB of random bytes,
     Manager.sleep() and wake() (the reports' durations), checksums verified;
     each --api-options (dormant options, e.g. disk_read=cached, or
@@ -55,17 +60,23 @@ def drop_caches():
         pass
 
 
-def dd_row(directory, gib, cycles, streams=1):
+def dd_row(directory, gib, cycles, streams=1, direct=True):
     """dd with O_DIRECT, in 64 MiB blocks: one stream, or `streams` dd
     processes at once, each writing then reading its own part of one file
     (a disk that serves several requests at once is faster so: the ceiling
     the wake's reads, several in flight, are held against)."""
     path = pathlib.Path(directory) / f"dormant-bench-dd-{os.getpid()}.bin"
-    count = int(gib * GiB) // (64 << 20)
+    block = (64 << 20) if direct else (256 << 20)
+    count = int(gib * GiB) // block
     share = [count // streams + (1 if i < count % streams else 0) for i in range(streams)]
     start = [sum(share[:i]) for i in range(streams)]
-    label = ("dd O_DIRECT (the disk's ceiling)" if streams == 1
-             else f"dd O_DIRECT, {streams} streams at once")
+    if not direct:
+        label = "dd through the page cache, 256 MiB blocks"
+    else:
+        label = ("dd O_DIRECT (the disk's ceiling)" if streams == 1
+                 else f"dd O_DIRECT, {streams} streams at once")
+    oflag = ["oflag=direct"] if direct else []
+    iflag = ["iflag=direct"] if direct else []
     out = {"label": label, "streams": streams, "cycles": []}
 
     def run_all(commands):
@@ -78,18 +89,18 @@ def dd_row(directory, gib, cycles, streams=1):
         for _ in range(cycles):
             path.unlink(missing_ok=True)
             t0 = time.perf_counter()
-            run_all([["dd", "if=/dev/zero", f"of={path}", "bs=64M", f"count={n}", f"seek={s}",
-                      "oflag=direct", "conv=notrunc,fsync", "status=none"]
+            run_all([["dd", "if=/dev/zero", f"of={path}", f"bs={block >> 20}M", f"count={n}",
+                      f"seek={s}", *oflag, "conv=notrunc,fsync", "status=none"]
                      for n, s in zip(share, start) if n])
             t1 = time.perf_counter()
             drop_caches()
             t2 = time.perf_counter()
-            run_all([["dd", f"if={path}", "of=/dev/null", "bs=64M", f"count={n}", f"skip={s}",
-                      "iflag=direct", "status=none"]
+            run_all([["dd", f"if={path}", "of=/dev/null", f"bs={block >> 20}M", f"count={n}",
+                      f"skip={s}", *iflag, "status=none"]
                      for n, s in zip(share, start) if n])
             t3 = time.perf_counter()
             out["cycles"].append({"sleep_s": t1 - t0, "wake_s": t3 - t2,
-                                  "bytes": count * (64 << 20), "intact": True,
+                                  "bytes": count * block, "intact": True,
                                   "host_asleep_bytes": 0})
     finally:
         path.unlink(missing_ok=True)
@@ -212,9 +223,9 @@ def main():
     ap.add_argument("--tms-src", help="torch_memory_saver built in place (row left out without)")
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--timeout-s", type=int, default=600, help="per program")
-    ap.add_argument("--rows", default="dd,ddN,api,switch,tms",
+    ap.add_argument("--rows", default="dd,ddN,ddbuf,api,switch,tms",
                     help="which rows, comma-separated: dd, ddN (--dd-streams dd at once), "
-                         "api, switch, tms (default all)")
+                         "ddbuf (dd through the page cache), api, switch, tms (default all)")
     ap.add_argument("--dd-streams", type=int, default=4,
                     help="how many dd processes the ddN row runs at once (default 4)")
     ap.add_argument("--api-options", action="append", default=[], metavar="OPT=VALUE,...",
@@ -224,9 +235,9 @@ def main():
     ap.add_argument("--worker-options", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
-    unknown = wanted - {"dd", "ddN", "api", "switch", "tms"}
+    unknown = wanted - {"dd", "ddN", "ddbuf", "api", "switch", "tms"}
     if unknown or not wanted:
-        ap.error(f"--rows takes dd, ddN, api, switch, tms; not "
+        ap.error(f"--rows takes dd, ddN, ddbuf, api, switch, tms; not "
                  f"{','.join(sorted(unknown)) or 'nothing'}")
     if args.dd_streams < 1:
         ap.error(f"--dd-streams takes 1 or more, not {args.dd_streams}")
@@ -252,9 +263,10 @@ def main():
     ours = dict(base, PYTHONPATH=os.pathsep.join([str(REPO / "python")] + path))
     switch = [sys.executable, "-m", "dormant.run", "--torch-memory-saver", "--"]
     results = []
-    for row, streams in (("dd", 1), ("ddN", args.dd_streams)):
+    for row, streams, direct in (("dd", 1, True), ("ddN", args.dd_streams, True),
+                                 ("ddbuf", 1, False)):
         if row in wanted:
-            results.append(dd_row(args.dir, args.gib, args.cycles, streams))
+            results.append(dd_row(args.dir, args.gib, args.cycles, streams, direct))
             print(f"# {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
     rows = []
     if "api" in wanted:
