@@ -42,9 +42,9 @@ struct transition {
 	size_t tag_count;
 	struct alloc **allocs;              /* marked in_transition */
 	size_t alloc_count;
-	struct xfer_item *items;
+	struct engine_item *items;
 	size_t item_count;
-	struct xfer_totals totals;
+	struct engine_totals totals;
 	struct dormant_report *report;
 	struct tag *named[DORMANT_TAGS_MAX]; /* report->tags[i]'s tag (tags stay) */
 	bool copies_done;                   /* sleep: past engine_sleep() */
@@ -200,7 +200,7 @@ static int collect_items(struct transition *t)
 					chunk_update_data_bytes(a, chunk);
 				if (chunk->mapped != t->sleep)
 					continue;
-				t->items[t->item_count++] = (struct xfer_item){
+				t->items[t->item_count++] = (struct engine_item){
 					.chunk = chunk, .owner = alloc_owner(a),
 					.policy = alloc_policy(a), .change = change,
 				};

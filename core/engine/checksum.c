@@ -30,7 +30,7 @@ uint64_t checksum_plan_signature(const struct copy_plan *plan)
 
 /* The items of device d that fit, and their runs as ranges. */
 struct batch {
-	struct xfer_item **items;
+	struct engine_item **items;
 	struct checksum *sums; /* per item */
 	struct checksum_range *ranges;
 	struct checksum *range_sums;
@@ -46,8 +46,8 @@ static void batch_finish(struct batch *bt)
 	memset(bt, 0, sizeof(*bt));
 }
 
-static int batch_collect(struct batch *bt, struct xfer_item *items, size_t count, int d,
-			 bool (*fits)(const struct xfer_item *))
+static int batch_collect(struct batch *bt, struct engine_item *items, size_t count, int d,
+			 bool (*fits)(const struct engine_item *))
 {
 	size_t n = 0, runs = 0;
 
@@ -110,7 +110,7 @@ static int batch_hash(struct engine *e, int d, struct batch *bt)
 
 /* A backend without the kernel (-ENOTSUP: a driver that cannot load its
  * PTX) hashes nothing: sleeps and wakes go on unverified, said once. */
-static int unavailable(struct engine *e, struct xfer_totals *t, int r)
+static int unavailable(struct engine *e, struct engine_totals *t, int r)
 {
 	if (r != -ENOTSUP)
 		return r;
@@ -122,13 +122,13 @@ static int unavailable(struct engine *e, struct xfer_totals *t, int r)
 
 /* ---- sleep --------------------------------------------------------------- */
 
-static bool sleep_fits(const struct xfer_item *it)
+static bool sleep_fits(const struct engine_item *it)
 {
-	return xfer_is_keep(it) && it->chunk->mapped && it->chunk->plan.kept > 0;
+	return engine_item_keep(it) && it->chunk->mapped && it->chunk->plan.kept > 0;
 }
 
-int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t count,
-		   struct xfer_totals *t)
+int checksum_sleep(struct engine *e, int d, struct engine_item *items, size_t count,
+		   struct engine_totals *t)
 {
 	bool skip = e->mode == DORMANT_HOST_RETAIN && e->skip_unchanged;
 	struct batch bt;
@@ -152,11 +152,11 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 		return unavailable(e, t, r);
 	}
 	for (size_t i = 0; i < bt.count; i++) {
-		struct xfer_item *it = bt.items[i];
+		struct engine_item *it = bt.items[i];
 		struct chunk *c = it->chunk;
 		uint64_t layout = checksum_plan_signature(&c->plan);
 
-		if (skip && c->retained && c->host.ptr && !xfer_is_disk(it) &&
+		if (skip && c->retained && c->host.ptr && !engine_item_disk(it) &&
 		    c->sum_layout == layout &&
 		    checksum_equal(&c->sum, &bt.sums[i])) {
 			/* the host copy holds these very bytes: no copy */
@@ -187,23 +187,23 @@ int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t coun
 /* A chunk of device d that the wake restores from its host copy (it maps
  * what is not mapped; with DORMANT_WAKE_OVERLAP=0 it has mapped it already)
  * and that has the hash of what that copy holds. */
-static bool wake_fits_ahead(const struct xfer_item *it, int d)
+static bool wake_fits_ahead(const struct engine_item *it, int d)
 {
 	const struct chunk *c = it->chunk;
 
-	return it->owner.device == d && (it->mapped_here || !c->mapped) && xfer_is_keep(it) &&
+	return it->owner.device == d && (it->mapped_here || !c->mapped) && engine_item_keep(it) &&
 	       c->host_valid && c->sum_valid && c->plan.kept > 0;
 }
 
 /* Say why the first mismatching chunk differs: its host copy hashes as the
  * device does now (the host copy changed after the sleep), or the device's
  * bytes differ from their host copy (the copy to the device went wrong). */
-static int mismatch_error(struct engine *e, struct xfer_item *it, const struct checksum *device)
+static int mismatch_error(struct engine *e, struct engine_item *it, const struct checksum *device)
 {
 	struct chunk *c = it->chunk;
 	size_t offset = c->va - (uintptr_t)it->owner.ptr;
 	struct checksum host = { { 0, 0 } };
-	bool disk = xfer_is_disk(it);
+	bool disk = engine_item_disk(it);
 	const char *why;
 
 	if (disk) {
@@ -251,8 +251,8 @@ static void wake_free(struct verify_wake *w)
 	w->active = false;
 }
 
-int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
-			struct xfer_totals *t, struct verify_wake *w)
+int checksum_wake_start(struct engine *e, int d, struct engine_item *items, size_t count,
+			struct engine_totals *t, struct verify_wake *w)
 {
 	struct backend *b = e->backend;
 	size_t runs = 0, bytes = 0;
@@ -329,7 +329,7 @@ static int wake_job(struct verify_wake *w)
 	return r;
 }
 
-int checksum_wake_chunk(struct verify_wake *w, struct xfer_item *it, void *event)
+int checksum_wake_chunk(struct verify_wake *w, struct engine_item *it, void *event)
 {
 	struct backend *b = w->e->backend;
 	int r;
@@ -361,11 +361,11 @@ void checksum_wake_abort(struct verify_wake *w)
 	wake_free(w);
 }
 
-int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t)
+int checksum_wake_finish(struct verify_wake *w, struct engine_totals *t)
 {
 	struct engine *e = w->e;
 	struct backend *b = e->backend;
-	struct xfer_item *first = NULL;
+	struct engine_item *first = NULL;
 	struct checksum first_sum = { { 0, 0 } }, *sums = NULL;
 	size_t k = 0;
 	int r;
@@ -391,7 +391,7 @@ int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t)
 		goto out;
 	}
 	for (size_t i = 0; i < w->count; i++) {
-		struct xfer_item *it = w->items[i];
+		struct engine_item *it = w->items[i];
 		const struct chunk *c = it->chunk;
 		struct checksum sum = { { 0, 0 } };
 

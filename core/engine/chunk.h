@@ -4,7 +4,7 @@
  * an allocation, with its host or disk copy, and what the engine knows of the
  * chunk's owner. The manager owns the chunks (in its allocations and tags,
  * manager.h) and hands them to the engine with their owner's struct
- * chunk_owner (state.h: struct xfer_item, engine_chunk_drop()); the
+ * chunk_owner (state.h: struct engine_item, engine_chunk_drop()); the
  * engine never sees an allocation or a tag.
  */
 #ifndef DORMANT_CHUNK_H

@@ -152,13 +152,13 @@ void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c
 		host_reclaim(e, held, c);
 }
 
-void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count)
+void engine_copies_done(struct engine *e, struct engine_item *items, size_t count)
 {
 	/* what was restored first, as ever (it takes the room under
 	 * reclaimable_pinned_bytes first), then what never left the device */
 	for (int restored = 1; restored >= 0; restored--)
 		for (size_t i = 0; i < count; i++) {
-			struct xfer_item *it = &items[i];
+			struct engine_item *it = &items[i];
 			struct chunk *c = it->chunk;
 
 			if (restored ? !it->mapped_here : it->mapped_here || !c->mapped)
@@ -166,8 +166,9 @@ void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count)
 			/* restored from a host copy that stays (retain mode):
 			 * what the next sleep compares, by its hash */
 			if (restored)
-				c->retained = e->mode == DORMANT_HOST_RETAIN && xfer_is_keep(it) &&
-					      c->host_valid && c->sum_valid && c->host.ptr;
+				c->retained = e->mode == DORMANT_HOST_RETAIN &&
+					      engine_item_keep(it) && c->host_valid &&
+					      c->sum_valid && c->host.ptr;
 			c->host_valid = false;
 			engine_host_done(e, it->owner.held, c);
 			/* a disk copy is never kept: its file goes, retain mode or not */

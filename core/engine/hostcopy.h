@@ -33,6 +33,6 @@ void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c
  * after a sleep rolled back, those that never left the device. One call,
  * each chunk once: the wake's commit, and the end of a rollback whatever
  * came back. */
-void engine_copies_done(struct engine *e, struct xfer_item *items, size_t count);
+void engine_copies_done(struct engine *e, struct engine_item *items, size_t count);
 
 #endif

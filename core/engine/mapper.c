@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mapper_map_one(struct engine *e, struct xfer_item *it)
+int mapper_map_one(struct engine *e, struct engine_item *it)
 {
 	struct chunk *c = it->chunk;
 	int d = it->owner.device;
@@ -55,7 +55,7 @@ static void *mapper_main(void *arg)
 	return NULL;
 }
 
-int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *items,
+int mapper_start(struct mapper *mp, struct engine *e, int d, struct engine_item *items,
 		 size_t count)
 {
 	unsigned threads = MIN(MAX(e->map_threads, 1u), (unsigned)MAPPER_THREADS_MAX);
@@ -80,7 +80,7 @@ int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *i
 	return 0;
 }
 
-int mapper_wait(struct mapper *mp, struct xfer_item *it)
+int mapper_wait(struct mapper *mp, struct engine_item *it)
 {
 	size_t k = mp->next;
 	double start;
@@ -107,7 +107,7 @@ int mapper_wait(struct mapper *mp, struct xfer_item *it)
 	return r;
 }
 
-void mapper_finish(struct mapper *mp, struct xfer_totals *t)
+void mapper_finish(struct mapper *mp, struct engine_totals *t)
 {
 	pthread_mutex_lock(&mp->lock);
 	mp->stop = true;
@@ -117,7 +117,7 @@ void mapper_finish(struct mapper *mp, struct xfer_totals *t)
 	t->times.map_wait_s += mp->wait_s;
 	/* Counted here, on the consumer's thread, once the threads are done. */
 	for (size_t k = 0; k < mp->count; k++) {
-		struct xfer_item *it = mp->queue[k];
+		struct engine_item *it = mp->queue[k];
 
 		if (!it->mapped_here)
 			continue;

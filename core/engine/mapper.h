@@ -27,7 +27,7 @@
 struct mapper {
 	struct engine *e;
 	int device;
-	struct xfer_item **queue; /* device's unmapped items, in items order */
+	struct engine_item **queue; /* device's unmapped items, in items order */
 	size_t count;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -45,16 +45,16 @@ struct mapper {
 /* Queue device d's unmapped chunks of items and start mapping them (on
  * e->map_threads threads; without one, mapper_wait() maps each chunk
  * itself). -ENOMEM. */
-int mapper_start(struct mapper *mp, struct engine *e, int d, struct xfer_item *items,
+int mapper_start(struct mapper *mp, struct engine *e, int d, struct engine_item *items,
 		 size_t count);
 /* Wait until it is mapped (call in items order; items not queued return at
  * once). Returns the mapping's error, or the first error of an earlier one. */
-int mapper_wait(struct mapper *mp, struct xfer_item *it);
+int mapper_wait(struct mapper *mp, struct engine_item *it);
 /* Stop the thread and count what it mapped into t; after any result. */
-void mapper_finish(struct mapper *mp, struct xfer_totals *t);
+void mapper_finish(struct mapper *mp, struct engine_totals *t);
 
 /* Create and map one item's chunk at its address, with device accounting;
  * marks it mapped_here (bytes_mapped is counted by the caller). */
-int mapper_map_one(struct engine *e, struct xfer_item *it);
+int mapper_map_one(struct engine *e, struct engine_item *it);
 
 #endif

@@ -25,7 +25,7 @@ static int complete_oldest(struct pipeline *p)
 		return error_prefix(r, "waiting for a copy on device %d", p->device);
 	}
 	if (f.slot >= 0) {
-		if (p->to_host && xfer_is_disk(f.item))
+		if (p->to_host && engine_item_disk(f.item))
 			/* whole blocks: the slot's tail past length is padding */
 			r = diskfile_write(e->backend, &f.item->chunk->disk,
 					   staging_slot(p->ed, f.slot),
@@ -38,7 +38,7 @@ static int complete_oldest(struct pipeline *p)
 			return error_prefix(r, "tag '%s'", f.item->owner.tag);
 	}
 	if (p->to_host && f.last) {
-		struct xfer_item *it = f.item;
+		struct engine_item *it = f.item;
 
 		it->chunk->host_valid = true;
 		r = engine_chunk_release(e, &it->owner, it->chunk, p->totals);
@@ -98,7 +98,7 @@ static int free_slot(struct pipeline *p)
 /* Queue the copy of one piece from host (a pinned piece of the host copy,
  * or the staging slot, busy, that holds it: slot >= 0). The slot is free
  * again when this fails. */
-static int queue_copy(struct pipeline *p, struct xfer_item *it, size_t offset,
+static int queue_copy(struct pipeline *p, struct engine_item *it, size_t offset,
 		      size_t host_offset, size_t length, bool last, bool kernel, int slot,
 		      char *host)
 {
@@ -144,12 +144,12 @@ static int queue_copy(struct pipeline *p, struct xfer_item *it, size_t offset,
 
 /* Queue one piece of an item's copy, direct or through a staging slot
  * (a disk copy's pieces on wake go through issue_disk_runs() instead). */
-static int issue_piece(struct pipeline *p, struct xfer_item *it, size_t offset,
+static int issue_piece(struct pipeline *p, struct engine_item *it, size_t offset,
 		       size_t host_offset, size_t length, bool last, bool kernel)
 {
 	struct engine *e = p->e;
 	struct chunk *c = it->chunk;
-	bool disk = xfer_is_disk(it);
+	bool disk = engine_item_disk(it);
 	char *host = disk ? NULL : (char *)c->host.ptr + host_offset;
 	int slot = -1, r;
 
@@ -240,7 +240,7 @@ static struct disk_read disk_read_take(struct disk_reads *q)
 }
 
 /* A wake's disk copy of an item: its runs in pieces of at most piece bytes. */
-static int issue_disk_runs(struct pipeline *p, struct xfer_item *it, size_t piece)
+static int issue_disk_runs(struct pipeline *p, struct engine_item *it, size_t piece)
 {
 	const struct copy_plan *plan = &it->chunk->plan;
 	struct disk_reads q = { .backend = p->e->backend };
@@ -373,22 +373,22 @@ static int pin_undo(struct pipeline *p, struct pin_ahead *pa, bool finish)
  * copy, nor more than a staging slot; on wake, a probe's pieces end where
  * the probe does, and a probe's segment ends with the chunk (the next
  * chunk's mapping is no copy time). pa: register the host copy on the way. */
-static int issue_runs(struct pipeline *p, struct xfer_item *it, struct pin_ahead *pa)
+static int issue_runs(struct pipeline *p, struct engine_item *it, struct pin_ahead *pa)
 {
 	struct chunk *c = it->chunk;
 	const struct copy_plan *plan = &c->plan;
 	/* pinned: up to the pin piece's end; else a slot, and for a disk copy
 	 * at most disk_chunk_bytes (whole blocks, so each piece of a run
 	 * starts on a block of its file) */
-	bool pinned = !xfer_is_disk(it) && c->host.pin_piece;
+	bool pinned = !engine_item_disk(it) && c->host.pin_piece;
 	size_t piece = pinned ? c->host.pin_piece : p->ed->slot_bytes;
 	struct wake_copy *wc = pinned && !p->to_host ? p->wc : NULL;
 	int r;
 
-	if (xfer_is_disk(it))
+	if (engine_item_disk(it))
 		piece = MAX(MIN(piece, p->e->disk_chunk_bytes) / DISKFILE_ALIGN * DISKFILE_ALIGN,
 			    (size_t)DISKFILE_ALIGN);
-	if (xfer_is_disk(it) && !p->to_host)
+	if (engine_item_disk(it) && !p->to_host)
 		return issue_disk_runs(p, it, piece);
 	for (size_t i = 0; i < plan->count; i++) {
 		const struct copy_run *run = &plan->runs[i];
@@ -432,7 +432,7 @@ static int issue_runs(struct pipeline *p, struct xfer_item *it, struct pin_ahead
 	return 0;
 }
 
-int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
+int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it)
 {
 	struct engine *e = p->e;
 	struct chunk *c = it->chunk;
@@ -441,7 +441,8 @@ int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it)
 	bool tail;
 	int r;
 
-	if (p->to_host && e->pin_host && !xfer_is_disk(it) && !c->host.pin_piece && c->host.ptr) {
+	if (p->to_host && e->pin_host && !engine_item_disk(it) && !c->host.pin_piece &&
+	    c->host.ptr) {
 		pa = (struct pin_ahead){ .hb = &c->host, .piece = e->pin_piece };
 		c->host.pin_piece = e->pin_piece; /* its copies split at the pieces */
 	}

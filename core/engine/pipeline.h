@@ -20,7 +20,7 @@
 #include "wakecopy.h"
 
 struct flight {
-	struct xfer_item *item;
+	struct engine_item *item;
 	size_t host_offset, length;
 	int slot;  /* staging slot, or -1 for a direct copy */
 	bool last; /* last piece of its chunk */
@@ -31,7 +31,7 @@ struct pipeline {
 	int device;
 	struct engine_device *ed;
 	bool to_host;
-	struct xfer_totals *totals;
+	struct engine_totals *totals;
 	/* wake: what copies the direct pieces, and its probes (wakecopy.h);
 	 * NULL: the copy engines */
 	struct wake_copy *wc;
@@ -42,7 +42,7 @@ struct pipeline {
 
 /* Queue the runs of an item's plan (its staging ring must be ready when its
  * host copy is not pinned). */
-int pipeline_issue_chunk(struct pipeline *p, struct xfer_item *it);
+int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it);
 /* The event recorded after the last piece queued (NULL: none in flight). */
 void *pipeline_last_event(const struct pipeline *p);
 /* Wait for everything in flight, finishing each piece. */

@@ -56,7 +56,7 @@ static bool needs_host_buffer(const struct engine *e, const struct chunk *c)
 }
 
 /* Stage one: a buffer of the right size, faulted in. */
-static int host_fault_in(struct engine *e, struct xfer_item *it)
+static int host_fault_in(struct engine *e, struct engine_item *it)
 {
 	struct chunk *c = it->chunk;
 	double start = now_monotonic_s();
@@ -121,7 +121,7 @@ static void *prep_fault_main(void *arg)
 	return NULL;
 }
 
-int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
+int prep_start(struct prep *p, struct engine *e, int d, struct engine_item *items,
 		      size_t count)
 {
 	memset(p, 0, sizeof(*p));
@@ -132,9 +132,9 @@ int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 	if (!p->queue)
 		return error_set(-ENOMEM, "out of host memory");
 	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
+		struct engine_item *it = &items[i];
 
-		if (it->owner.device == d && xfer_is_keep(it) && !xfer_is_disk(it) &&
+		if (it->owner.device == d && engine_item_keep(it) && !engine_item_disk(it) &&
 		    it->chunk->mapped &&
 		    it->chunk->plan.kept && needs_host_buffer(e, it->chunk))
 			p->queue[p->count++] = it;
@@ -148,7 +148,7 @@ int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items,
 }
 
 /* Wait until it has its host buffer (the consumer takes the queue in order). */
-int prep_wait(struct prep *p, struct xfer_item *it)
+int prep_wait(struct prep *p, struct engine_item *it)
 {
 	size_t k = p->next;
 	int r = 0;

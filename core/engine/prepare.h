@@ -24,7 +24,7 @@
 
 struct prep {
 	struct engine *e;
-	struct xfer_item **queue; /* items needing a buffer, in issue order */
+	struct engine_item **queue; /* items needing a buffer, in issue order */
 	size_t count;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -39,10 +39,10 @@ struct prep {
 
 /* Start preparing the host copies of device d's kept chunks that need a
  * fresh buffer (of their plan's size), in items order. */
-int prep_start(struct prep *p, struct engine *e, int d, struct xfer_item *items, size_t count);
+int prep_start(struct prep *p, struct engine *e, int d, struct engine_item *items, size_t count);
 /* Wait until it has its host buffer, faulted in but not registered yet
  * (call in items order). */
-int prep_wait(struct prep *p, struct xfer_item *it);
+int prep_wait(struct prep *p, struct engine_item *it);
 /* Stop the threads and free what prep_start() took; after any result. */
 void prep_finish(struct prep *p);
 

@@ -33,7 +33,7 @@ void engine_time_add(_Atomic uint64_t *ns, double start)
 	atomic_fetch_add(ns, (uint64_t)((now_monotonic_s() - start) * 1e9));
 }
 
-void engine_warn(struct xfer_totals *t, const char *fmt, ...)
+void engine_warn(struct engine_totals *t, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -44,14 +44,14 @@ void engine_warn(struct xfer_totals *t, const char *fmt, ...)
 	va_end(ap);
 }
 
-void engine_warnings_add(struct xfer_totals *dst, const struct xfer_totals *src)
+void engine_warnings_add(struct engine_totals *dst, const struct engine_totals *src)
 {
 	if (src->warnings && !dst->warnings)
 		memcpy(dst->warning, src->warning, sizeof(dst->warning));
 	dst->warnings += src->warnings;
 }
 
-void engine_reclaim_warning(struct engine *e, struct xfer_totals *t)
+void engine_reclaim_warning(struct engine *e, struct engine_totals *t)
 {
 	pthread_mutex_lock(&e->reclaim_lock);
 	if (e->reclaim_warning[0])
@@ -63,7 +63,7 @@ void engine_reclaim_warning(struct engine *e, struct xfer_totals *t)
 /* ---- a chunk's pieces, given back ---------------------------------------- */
 
 int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c,
-			 struct xfer_totals *t)
+			 struct engine_totals *t)
 {
 	struct backend *b = e->backend;
 	double start = now_monotonic_s();
@@ -87,10 +87,10 @@ int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct c
 }
 
 int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
-			  struct xfer_item *items, size_t count, struct xfer_totals *t)
+			  struct engine_item *items, size_t count, struct engine_totals *t)
 {
 	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
+		struct engine_item *it = &items[i];
 		int r;
 
 		if ((d >= 0 && it->owner.device != d) || it->policy != policy ||
@@ -105,11 +105,11 @@ int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
 	return 0;
 }
 
-void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t)
+void engine_wake_undo(struct engine *e, struct engine_item *items, size_t count,
+		      struct engine_totals *t)
 {
 	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
+		struct engine_item *it = &items[i];
 
 		if (!it->mapped_here)
 			continue;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The engine's bottom floor: its state (struct engine, one struct
- * engine_device per device), what a transition moves (struct xfer_item) and
- * adds up (struct xfer_totals), and the accounting and timing every stage
+ * engine_device per device), what a transition moves (struct engine_item) and
+ * adds up (struct engine_totals), and the accounting and timing every stage
  * reports into. The stages above it (prepare, pipeline, staging, mapper,
  * checksum, host copies) include this header and each other's, never
  * transfer.h: transfer.c, on top, drives them (transfer.h has the whole
@@ -91,7 +91,7 @@ struct engine {
 };
 
 /* One chunk to move, with its owner (device, messages, accounting). */
-struct xfer_item {
+struct engine_item {
 	struct chunk *chunk;
 	struct chunk_owner owner;
 	enum dormant_policy policy; /* its allocation's, fixed when collected */
@@ -99,7 +99,7 @@ struct xfer_item {
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
 };
 
-struct xfer_totals {
+struct engine_totals {
 	uint64_t copied, released, mapped, zeroed, skipped;
 	uint64_t unchanged;            /* sleep: kept bytes not copied, unchanged (verify.h) */
 	uint64_t verified, mismatches; /* wake: chunks whose checksum matched / did not */
@@ -125,20 +125,20 @@ struct reclaim_job {
 };
 
 /* Kept: copied on sleep and restored on wake, to host memory or disk. */
-static inline bool xfer_is_keep(const struct xfer_item *it)
+static inline bool engine_item_keep(const struct engine_item *it)
 {
 	return it->policy == DORMANT_KEEP || it->policy == DORMANT_DISK;
 }
 /* Kept on disk (diskfile.h): through the staging ring, never a host buffer. */
-static inline bool xfer_is_disk(const struct xfer_item *it)
+static inline bool engine_item_disk(const struct engine_item *it)
 {
 	return it->policy == DORMANT_DISK;
 }
 /* Tell the manager something that went wrong without failing the
  * transition: counted in t, the first one's text kept. */
-void engine_warn(struct xfer_totals *t, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void engine_warn(struct engine_totals *t, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* Add src's warnings to dst's (dst's first stays first). */
-void engine_warnings_add(struct xfer_totals *dst, const struct xfer_totals *src);
+void engine_warnings_add(struct engine_totals *dst, const struct engine_totals *src);
 /* Add the seconds since start (now_monotonic_s()) to a time counter. */
 void engine_time_add(_Atomic uint64_t *ns, double start);
 /* Count device bytes mapped for an owner (atomic: any thread). */
@@ -150,7 +150,7 @@ void engine_account_disk(struct held_bytes *held, int64_t delta);
 
 /* A failure of MADV_FREE on a worker since the last call (said once in the
  * engine's life; hostcopy.c keeps it under reclaim_lock): told in t. */
-void engine_reclaim_warning(struct engine *e, struct xfer_totals *t);
+void engine_reclaim_warning(struct engine *e, struct engine_totals *t);
 
 /* ---- a chunk's pieces, given back ----------------------------------------- *
  * Each with its accounting, from any thread; the stages and transfer.c call
@@ -161,16 +161,16 @@ void engine_reclaim_warning(struct engine *e, struct xfer_totals *t);
  * memory that cannot be released is told in t (engine_warn()); with t NULL
  * it is returned as the failure (the chunk is unmapped all the same). */
 int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct chunk *c,
-			 struct xfer_totals *t);
+			 struct engine_totals *t);
 /* Release the mapped chunks of one policy on device d (-1: every device),
  * counted in t and their tags' changes; stops at the first that fails. */
 int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
-			  struct xfer_item *items, size_t count, struct xfer_totals *t);
+			  struct engine_item *items, size_t count, struct engine_totals *t);
 /* Give back what a wake mapped (the items' mapped_here): after a failed
  * wake, or a rebuild callback that failed (the host copies stay intact for
  * a retry). A chunk that cannot be unmapped is told in t. */
-void engine_wake_undo(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t);
+void engine_wake_undo(struct engine *e, struct engine_item *items, size_t count,
+		      struct engine_totals *t);
 /* Host mode reclaimable: wait until hb's unpin is done, if one was queued
  * (hostcopy.c), and forget it: whoever touches a reclaimable buffer (reuses,
  * frees) calls this first. Any thread; not from a worker job. */

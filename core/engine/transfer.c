@@ -20,17 +20,17 @@
 /* ---- disk copies --------------------------------------------------------- */
 
 /* Does this sleep copy it to disk on device d? */
-static bool disk_copies(const struct xfer_item *it, int d)
+static bool disk_copies(const struct engine_item *it, int d)
 {
-	return it->owner.device == d && xfer_is_disk(it) && xfer_is_keep(it) &&
+	return it->owner.device == d && engine_item_disk(it) && engine_item_keep(it) &&
 	       it->chunk->mapped && it->chunk->plan.kept > 0;
 }
 
 /* Whether items a and b (disk copies of one device) share a file: of one
  * tag; with disk_names, of one allocation too (torch_memory_saver lists a
  * file per allocation, and tools written for it count them). */
-static bool disk_same_file(const struct engine *e, const struct xfer_item *a,
-			   const struct xfer_item *b)
+static bool disk_same_file(const struct engine *e, const struct engine_item *a,
+			   const struct engine_item *b)
 {
 	return a->owner.held == b->owner.held && (!e->disk_names || a->owner.ptr == b->owner.ptr);
 }
@@ -42,7 +42,7 @@ static bool disk_same_file(const struct engine *e, const struct xfer_item *a,
  * its copy is one file read from start to end on wake; and the staging ring
  * the pieces go through. A chunk whose file cannot be made gets none, and
  * the sleep fails before any copy. */
-static int disk_ready(struct engine *e, int d, struct xfer_item *items, size_t count)
+static int disk_ready(struct engine *e, int d, struct engine_item *items, size_t count)
 {
 	bool any = false;
 	int r;
@@ -215,11 +215,11 @@ struct change_copy {
 struct device_run {
 	struct engine *e;
 	int device;
-	struct xfer_item *items;
+	struct engine_item *items;
 	size_t count;
-	int (*fn)(struct engine *e, int d, struct xfer_item *items, size_t count,
-		  struct xfer_totals *t);
-	struct xfer_totals totals;
+	int (*fn)(struct engine *e, int d, struct engine_item *items, size_t count,
+		  struct engine_totals *t);
+	struct engine_totals totals;
 	struct change_copy changes[DORMANT_TAGS_MAX];
 	size_t change_count;
 	int result;
@@ -243,7 +243,7 @@ static void change_counters_add(struct dormant_tag_change *dst,
 	dst->chunk_mismatches += src->chunk_mismatches;
 }
 
-static void totals_add(struct xfer_totals *dst, const struct xfer_totals *src, bool overlapped)
+static void totals_add(struct engine_totals *dst, const struct engine_totals *src, bool overlapped)
 {
 	dst->copied += src->copied;
 	dst->released += src->released;
@@ -327,10 +327,10 @@ static int device_stop(struct engine *e, int d)
  * failure (by device) is returned, its message naming the device. fn leaves
  * its device's in-flight work finished, whatever it returns.
  */
-static int devices_run(struct engine *e, struct xfer_item *items, size_t count,
-		       int (*fn)(struct engine *e, int d, struct xfer_item *items, size_t count,
-				 struct xfer_totals *t),
-		       struct xfer_totals *t)
+static int devices_run(struct engine *e, struct engine_item *items, size_t count,
+		       int (*fn)(struct engine *e, int d, struct engine_item *items, size_t count,
+				 struct engine_totals *t),
+		       struct engine_totals *t)
 {
 	bool used[DORMANT_DEVICES_MAX] = { false };
 	struct device_run *runs, *failed = NULL;
@@ -444,7 +444,7 @@ static void times_mark(struct engine *e, struct time_marks *m)
 	m->setup_ns = atomic_load(&e->setup_ns);
 }
 
-static void times_since(struct engine *e, const struct time_marks *m, struct xfer_totals *t)
+static void times_since(struct engine *e, const struct time_marks *m, struct engine_totals *t)
 {
 	t->times.release_s = (double)(atomic_load(&e->release_ns) - m->release_ns) / 1e9;
 	t->times.map_s = (double)(atomic_load(&e->map_ns) - m->map_ns) / 1e9;
@@ -456,8 +456,8 @@ static void times_since(struct engine *e, const struct time_marks *m, struct xfe
 
 /* ---- sleep --------------------------------------------------------------- */
 
-static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t count,
-			struct xfer_totals *t)
+static int sleep_device(struct engine *e, int d, struct engine_item *items, size_t count,
+			struct engine_totals *t)
 {
 	struct pipeline p = { .e = e, .device = d, .ed = &e->devices[d], .to_host = true,
 			      .totals = t };
@@ -491,10 +491,10 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 		return r;
 	}
 	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
+		struct engine_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
-		if (it->owner.device != d || !xfer_is_keep(it) || !c->mapped)
+		if (it->owner.device != d || !engine_item_keep(it) || !c->mapped)
 			continue;
 		if (atomic_load(&e->devices_stop)) {
 			r = device_stop(e, d);
@@ -515,7 +515,7 @@ static int sleep_device(struct engine *e, int d, struct xfer_item *items, size_t
 			engine_disk_release(it->owner.held, c);
 			continue;
 		}
-		if (xfer_is_disk(it)) {
+		if (engine_item_disk(it)) {
 			/* kept in host memory before its policy became disk */
 			if (c->host.ptr)
 				engine_host_release(e, it->owner.held, c);
@@ -559,13 +559,13 @@ err:
 	return r;
 }
 
-static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t);
+static int wake_items(struct engine *e, struct engine_item *items, size_t count,
+		      struct engine_totals *t);
 
-int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
+int engine_sleep(struct engine *e, struct engine_item *items, size_t count, struct engine_totals *t)
 {
 	char message[DORMANT_ERROR_MAX], rollback[DORMANT_ERROR_MAX];
-	struct xfer_totals undo = { 0 };
+	struct engine_totals undo = { 0 };
 	struct time_marks marks;
 	int r, rr;
 
@@ -605,8 +605,8 @@ int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct
 struct gap_fill {
 	struct engine *e;
 	int device;
-	struct xfer_item *item;
-	struct xfer_totals *totals;
+	struct engine_item *item;
+	struct engine_totals *totals;
 };
 
 /* Zero-fill a range of a chunk that its host copy does not hold. */
@@ -628,8 +628,8 @@ static int zero_gap(void *ctx, size_t offset, size_t size)
 /* Map (through the mapper: ahead, on its thread), zero-fill and restore
  * device d's chunks of the wake, in items order; each restored chunk's hash
  * is queued behind its copies (vw). */
-static int restore_device(struct engine *e, int d, struct xfer_item *items, size_t count,
-			  struct xfer_totals *t, struct verify_wake *vw, struct wake_copy *wc)
+static int restore_device(struct engine *e, int d, struct engine_item *items, size_t count,
+			  struct engine_totals *t, struct verify_wake *vw, struct wake_copy *wc)
 {
 	struct engine_device *ed = &e->devices[d];
 	struct pipeline p = { .e = e, .device = d, .ed = ed, .to_host = false, .totals = t,
@@ -643,7 +643,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 	if (r < 0)
 		goto err_mapper;
 	for (size_t i = 0; i < count; i++) {
-		struct xfer_item *it = &items[i];
+		struct engine_item *it = &items[i];
 		struct chunk *c = it->chunk;
 
 		if (it->owner.device != d)
@@ -653,7 +653,7 @@ static int restore_device(struct engine *e, int d, struct xfer_item *items, size
 			goto err;
 		if (!it->mapped_here)
 			continue;
-		if (xfer_is_keep(it) && c->host_valid) {
+		if (engine_item_keep(it) && c->host_valid) {
 			/* what the host copy does not hold: marked, holes */
 			struct gap_fill g = { .e = e, .device = d, .item = it, .totals = t };
 
@@ -711,7 +711,7 @@ err_mapper:
  * run it once, empty), so that neither its load nor its first launch is
  * timed; a device that cannot run it copies with the copy engines. */
 static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc,
-			    struct xfer_totals *t)
+			    struct engine_totals *t)
 {
 	struct backend *b = e->backend;
 	bool kernel_ok = false;
@@ -734,7 +734,7 @@ static void wake_copy_begin(struct engine *e, int d, struct wake_copy *wc,
  * memory than the wake maps (another process still holds it) fails it at
  * once, before any copy, as the map-first order did. When the device cannot
  * tell, the mappings decide. */
-static int room_check(struct engine *e, int d, struct xfer_item *items, size_t count)
+static int room_check(struct engine *e, int d, struct engine_item *items, size_t count)
 {
 	uint64_t need = 0, free_bytes, total;
 
@@ -758,8 +758,8 @@ static int room_check(struct engine *e, int d, struct xfer_item *items, size_t c
  * short of memory fails at room_check(), or (memory taken meanwhile,
  * fragmentation) at the first chunk that does not fit. The host copies stay
  * intact either way; wake_items() gives back what was mapped. */
-static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t count,
-		       struct xfer_totals *t)
+static int wake_device(struct engine *e, int d, struct engine_item *items, size_t count,
+		       struct engine_totals *t)
 {
 	struct verify_wake vw;
 	struct wake_copy wc;
@@ -781,7 +781,7 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 			return r;
 	}
 	for (size_t i = 0; i < count && !e->wake_overlap; i++) {
-		struct xfer_item *it = &items[i];
+		struct engine_item *it = &items[i];
 
 		if (it->owner.device != d || it->chunk->mapped)
 			continue;
@@ -818,8 +818,8 @@ static int wake_device(struct engine *e, int d, struct xfer_item *items, size_t 
 }
 
 /* Every device at once; on failure, what any of them mapped is given back. */
-static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
-		      struct xfer_totals *t)
+static int wake_items(struct engine *e, struct engine_item *items, size_t count,
+		      struct engine_totals *t)
 {
 	int r;
 
@@ -831,7 +831,7 @@ static int wake_items(struct engine *e, struct xfer_item *items, size_t count,
 	return r;
 }
 
-int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t)
+int engine_wake(struct engine *e, struct engine_item *items, size_t count, struct engine_totals *t)
 {
 	struct time_marks marks;
 	int r;

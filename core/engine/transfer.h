@@ -73,13 +73,14 @@ void engine_init(struct engine *e, struct backend *b, struct workers *w,
 void engine_finish(struct engine *e);
 
 /* items: every mapped chunk of the tags going to sleep. */
-int engine_sleep(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
+int engine_sleep(struct engine *e, struct engine_item *items, size_t count,
+		 struct engine_totals *t);
 /* items: every unmapped chunk of the tags waking. Maps, zero-fills and
  * restores them all; on failure gives back what it mapped. The host copies
  * stay until engine_copies_done() (the wake is done) or engine_wake_undo()
  * (a rebuild callback failed: give back what engine_wake() mapped, the host
  * copies intact for a retry). */
-int engine_wake(struct engine *e, struct xfer_item *items, size_t count, struct xfer_totals *t);
+int engine_wake(struct engine *e, struct engine_item *items, size_t count, struct engine_totals *t);
 /* (engine_copies_done() is hostcopy.h's, engine_wake_undo() state.h's.) */
 
 /* Set device d up for transitions, once (a transition's first step, or

@@ -26,16 +26,16 @@
 
 #include "state.h"
 
-int checksum_sleep(struct engine *e, int d, struct xfer_item *items, size_t count,
-		   struct xfer_totals *t);
+int checksum_sleep(struct engine *e, int d, struct engine_item *items, size_t count,
+		   struct engine_totals *t);
 /* One device's verification during its wake. */
 struct verify_wake {
 	struct engine *e;
 	int device;
-	struct xfer_totals *totals; /* the device's: what it tells (engine_warn()) */
+	struct engine_totals *totals; /* the device's: what it tells (engine_warn()) */
 	bool active;              /* chunks to verify, and a kernel (so far) */
 	void *job;                /* the backend's, from the first group on */
-	struct xfer_item **items; /* the chunks hashed, in restore order */
+	struct engine_item **items; /* the chunks hashed, in restore order */
 	size_t count, next;       /* next: the next one the restore issues */
 	size_t *group_end;        /* per group: the index after its last chunk */
 	size_t *groups;           /* per group: its ranges */
@@ -48,15 +48,15 @@ struct verify_wake {
  * groups. The backend's job (work buffer, range table) is made when the
  * first group's copies are queued; a backend that cannot hash then warns
  * once (in t) and the wake goes on unverified. */
-int checksum_wake_start(struct engine *e, int d, struct xfer_item *items, size_t count,
-			struct xfer_totals *t, struct verify_wake *w);
+int checksum_wake_start(struct engine *e, int d, struct engine_item *items, size_t count,
+			struct engine_totals *t, struct verify_wake *w);
 /* After the restore queued the copies of it (event recorded after the last
  * of them on the copy stream): the hash of its group, once complete, is
  * queued behind event. Chunks must come in items order. */
-int checksum_wake_chunk(struct verify_wake *w, struct xfer_item *it, void *event);
+int checksum_wake_chunk(struct verify_wake *w, struct engine_item *it, void *event);
 /* After the restore's copies are done: read the hashes back, compare, count;
  * -EIO names the first chunk that differs. Frees w, whatever it returns. */
-int checksum_wake_finish(struct verify_wake *w, struct xfer_totals *t);
+int checksum_wake_finish(struct verify_wake *w, struct engine_totals *t);
 /* After a failed restore: wait for the hashes queued (they read the chunks'
  * memory, which the failed wake then unmaps) and free w. */
 void checksum_wake_abort(struct verify_wake *w);

@@ -201,7 +201,7 @@ def test_engine_includes_no_manager_header():
 # counters by struct held_bytes (chunk.h), never the manager's allocation or
 # tag; the backends know neither room.
 MANAGER_TYPES = {"alloc", "tag", "dormant", "hook", "warmup", "slab_space"}
-ENGINE_TYPES = {"engine", "chunk", "chunk_owner", "held_bytes", "xfer_item", "hostbuf",
+ENGINE_TYPES = {"engine", "chunk", "chunk_owner", "held_bytes", "engine_item", "hostbuf",
                 "copy_plan"}
 STRUCT = re.compile(r"\bstruct\s+(\w+)")
 
