@@ -244,7 +244,9 @@ def test_the_default_caps_groups_in_either_import_order(tmp_path, order,
            if k not in (_lean.ENV, "WORLD_SIZE", "DORMANT_RESIDUE")}
     env.update(PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
     first = "import dormant, torch" if order == "dormant first" else "import torch, dormant"
-    code = (f"import sys; {first}; import torch.distributed as d\n"
+    # a library asking whether it exists first must not use the hook up
+    asked = "import importlib.util; assert importlib.util.find_spec('torch.distributed')"
+    code = (f"import sys; {first}; {asked}; import torch.distributed as d\n"
             "d.init_process_group(backend='nccl', world_size=1, rank=0)\n"
             "d.new_group([5]); d.new_group([0, 1])\n"
             "print([None if o is None else o.config.max_ctas for o in d.made])\n"

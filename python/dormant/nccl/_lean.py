@@ -158,8 +158,10 @@ class _DistributedWatch:
     """A one-shot import hook: the first import of torch.distributed runs as
     it would without it, and lean_by_default() follows once the module has
     loaded (before the importer gets it back). It finds nothing itself (the
-    other finders do) and leaves meta_path after that import, or at once
-    where torch.distributed is already loaded. At most one per meta_path."""
+    other finders do; it hands their spec on with its loader wrapped) and
+    leaves meta_path once the module has loaded: a find_spec() alone (a
+    library asking whether torch.distributed exists) leaves it waiting. At
+    most one per meta_path."""
 
     NAME = "torch.distributed"
 
@@ -181,8 +183,7 @@ class _DistributedWatch:
     def find_spec(self, name, path, target=None):
         if name != self.NAME:
             return None
-        self._leave()
-        for finder in list(self.meta_path):
+        for finder in [f for f in self.meta_path if f is not self]:
             find = getattr(finder, "find_spec", None)
             spec = find(name, path, target) if find is not None else None
             if spec is not None:
@@ -191,7 +192,7 @@ class _DistributedWatch:
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _ThenLean(spec.loader, self.environ)
+        spec.loader = _ThenLean(spec.loader, self)
         return spec
 
     def invalidate_caches(self):
@@ -204,9 +205,9 @@ class _ThenLean:
     a torch.distributed without new_group (not built with it) or one that
     fails to take it is left as it loaded."""
 
-    def __init__(self, loader, environ):
+    def __init__(self, loader, watch):
         self._loader = loader
-        self._environ = environ
+        self._watch = watch
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -216,10 +217,11 @@ class _ThenLean:
 
     def exec_module(self, module):
         self._loader.exec_module(module)
+        self._watch._leave()
         if not callable(getattr(module, "new_group", None)):
             return
         try:
-            lean_by_default(dist=module, environ=self._environ, modules={"torch": True})
+            lean_by_default(dist=module, environ=self._watch.environ, modules={"torch": True})
         except Exception:  # noqa: BLE001 (an import never fails for the cap)
             import logging
             logging.getLogger("dormant").warning(
