@@ -275,3 +275,17 @@ def test_a_one_rank_world_made_with_nccl_gets_the_cap(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     dist.init_process_group(backend="nccl")
     assert cap_of(dist.made[-1]) == (1, 1)
+
+
+class NoConfigOptions:
+    """ProcessGroupNCCL.Options of a torch whose NCCL has no config"""
+
+
+def test_a_torch_without_nccl_config_makes_its_groups_uncapped():
+    dist = FakeDist(world=1)
+    dist.ProcessGroupNCCL = type("PG", (), {"Options": NoConfigOptions})
+    _lean.lean_one_rank_groups(dist=dist)
+    assert dist.new_group([0]) == 1           # made, never an error
+    assert "pg_options" not in dist.made[-1][2]
+    dist.init_process_group(backend="nccl", world_size=1, rank=0)
+    assert "pg_options" not in dist.made[-1][2]

@@ -74,7 +74,9 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
         backend = kwargs.get("backend")
         if (not args and kwargs.get("pg_options") is None and _one_rank(dist, ranks)
                 and _nccl(dist, backend)):
-            kwargs["pg_options"] = _options(dist, state["max_ctas"])
+            options = _options(dist, state["max_ctas"])
+            if options is not None:
+                kwargs["pg_options"] = options
         return made(ranks, *args, **kwargs)
 
     new_group._dormant_lean = state
@@ -91,7 +93,9 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
                 world = int(os.environ.get("WORLD_SIZE", "-1") or "-1")
             if (len(args) <= 1 and kwargs.get("pg_options") is None and world == 1
                     and str(backend).lower() == "nccl"):
-                kwargs["pg_options"] = _options(dist, state["max_ctas"])
+                options = _options(dist, state["max_ctas"])
+                if options is not None:
+                    kwargs["pg_options"] = options
             return started(*args, **kwargs)
 
         init_process_group.__wrapped__ = started
@@ -101,10 +105,26 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
 
 
 def _options(dist, max_ctas):
-    options = dist.ProcessGroupNCCL.Options()
-    options.config.min_ctas = 1
-    options.config.max_ctas = max_ctas
-    return options
+    """ProcessGroupNCCL.Options capped at max_ctas, or None where this torch
+    or its NCCL has no such config (an older NCCL, another backend behind
+    the name): the group is then made as the program asked, said once in
+    the log, never a failure of the program's new_group()."""
+    try:
+        options = dist.ProcessGroupNCCL.Options()
+        options.config.min_ctas = 1
+        options.config.max_ctas = max_ctas
+        return options
+    except (AttributeError, TypeError, RuntimeError) as e:
+        if not _options_failed:
+            _options_failed.append(e)
+            import logging
+            logging.getLogger("dormant").info(
+                "one-rank NCCL groups left uncapped: this torch has no NCCL config "
+                "(min_ctas/max_ctas): %s", e)
+        return None
+
+
+_options_failed = []  # the first failure, said once
 
 
 def lean_by_default(*, dist=None, environ=None, modules=None, meta_path=None):
