@@ -191,29 +191,6 @@ def test_import_dormant_reads_the_environment(value, says):
         assert r.returncode != 0 and says in r.stderr
 
 
-def test_import_dormant_caps_the_groups_made_after_it(tmp_path):
-    """$DORMANT_NCCL_ONE_RANK_CTAS=2, a stand-in torch.distributed on the path"""
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text("")
-    (tmp_path / "torch" / "distributed.py").write_text(
-        "class _Config:\n    min_ctas = max_ctas = None\n"
-        "class _Options:\n    def __init__(self):\n        self.config = _Config()\n"
-        "class ProcessGroupNCCL:\n    Options = _Options\n"
-        "made = []\n"
-        "def get_world_size():\n    return 8\n"
-        "def get_backend():\n    return 'nccl'\n"
-        "def new_group(ranks=None, **kwargs):\n    made.append(kwargs.get('pg_options'))\n")
-    python = pathlib.Path(__file__).resolve().parents[2] / "python"
-    env = dict(os.environ, DORMANT_NCCL_ONE_RANK_CTAS="2",
-               PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
-    code = ("import dormant, torch.distributed as d; d.new_group([5]); d.new_group([0, 1]); "
-            "print([None if o is None else o.config.max_ctas for o in d.made])")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[2, None]"
-
-
 FAKE_DISTRIBUTED = (
     "import os\n"
     "class _Config:\n    min_ctas = max_ctas = None\n"
@@ -225,6 +202,22 @@ FAKE_DISTRIBUTED = (
     "def init_process_group(backend=None, **kwargs):\n"
     "    made.append(kwargs.get('pg_options'))\n"
     "def new_group(ranks=None, **kwargs):\n    made.append(kwargs.get('pg_options'))\n")
+
+
+def test_import_dormant_caps_the_groups_made_after_it(tmp_path):
+    """$DORMANT_NCCL_ONE_RANK_CTAS=2, a stand-in torch.distributed on the path"""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "distributed.py").write_text(FAKE_DISTRIBUTED)
+    python = pathlib.Path(__file__).resolve().parents[2] / "python"
+    env = dict(os.environ, DORMANT_NCCL_ONE_RANK_CTAS="2",
+               PYTHONPATH=os.pathsep.join([str(python), str(tmp_path)]))
+    code = ("import dormant, torch.distributed as d; d.new_group([5]); d.new_group([0, 1]); "
+            "print([None if o is None else o.config.max_ctas for o in d.made])")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[2, None]"
 
 
 @pytest.mark.parametrize("torch_imports_distributed", [True, False])
