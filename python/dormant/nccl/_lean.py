@@ -74,9 +74,7 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
         backend = kwargs.get("backend")
         if (not args and kwargs.get("pg_options") is None and _one_rank(dist, ranks)
                 and _nccl(dist, backend)):
-            options = _options(dist, state["max_ctas"])
-            if options is not None:
-                kwargs["pg_options"] = options
+            _cap(dist, kwargs, state["max_ctas"])
         return made(ranks, *args, **kwargs)
 
     new_group._dormant_lean = state
@@ -93,9 +91,7 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
                 world = int(os.environ.get("WORLD_SIZE", "-1") or "-1")
             if (len(args) <= 1 and kwargs.get("pg_options") is None and world == 1
                     and str(backend).lower() == "nccl"):
-                options = _options(dist, state["max_ctas"])
-                if options is not None:
-                    kwargs["pg_options"] = options
+                _cap(dist, kwargs, state["max_ctas"])
             return started(*args, **kwargs)
 
         init_process_group.__wrapped__ = started
@@ -104,27 +100,27 @@ def lean_one_rank_groups(max_ctas=1, *, dist=None):
     return max_ctas
 
 
-def _options(dist, max_ctas):
-    """ProcessGroupNCCL.Options capped at max_ctas, or None where this torch
-    or its NCCL has no such config (an older NCCL, another backend behind
-    the name): the group is then made as the program asked, said once in
-    the log, never a failure of the program's new_group()."""
+def _cap(dist, kwargs, max_ctas):
+    """Put ProcessGroupNCCL.Options capped at max_ctas into kwargs as
+    pg_options; where this torch or its NCCL has no such config (an older
+    NCCL, another backend behind the name) leave kwargs as the program gave
+    them, said once in the log, never a failure of the program's call."""
     try:
         options = dist.ProcessGroupNCCL.Options()
         options.config.min_ctas = 1
         options.config.max_ctas = max_ctas
-        return options
     except (AttributeError, TypeError, RuntimeError) as e:
-        if not _options_failed:
-            _options_failed.append(e)
+        if not _cap_failed:
+            _cap_failed.append(e)
             import logging
             logging.getLogger("dormant").info(
                 "one-rank NCCL groups left uncapped: this torch has no NCCL config "
                 "(min_ctas/max_ctas): %s", e)
-        return None
+        return
+    kwargs["pg_options"] = options
 
 
-_options_failed = []  # the first failure, said once
+_cap_failed = []  # the first failure, said once
 
 
 def lean_by_default(*, dist=None, environ=None, modules=None, meta_path=None):
@@ -134,12 +130,13 @@ def lean_by_default(*, dist=None, environ=None, modules=None, meta_path=None):
     device buffers: capped, a one-rank communicator holds about 10 MiB
     instead of about 384 (H100), which a sleeping trainer keeps (residue
     keep) or the checkpoint copies (residue checkpoint). Only where no cap is
-    in force yet (an explicit lean_one_rank_groups() call wins). Where torch is not imported
-    yet (modules: sys.modules unless given) it imports nothing, so that a
-    process without torch (an orchestrator's client) never loads it: it
-    leaves a _DistributedWatch on meta_path (sys.meta_path unless given) that
-    calls it again once torch.distributed has loaded. Returns the cap put in
-    force now, or None. import dormant and dormant's PyTorch glue call it."""
+    in force yet (an explicit lean_one_rank_groups() call wins). Where torch
+    is not imported yet (modules: sys.modules unless given) it imports
+    nothing, so that a process without torch (an orchestrator's client) never
+    loads it: it leaves a _DistributedWatch on meta_path (sys.meta_path
+    unless given) that calls it again once torch.distributed has loaded.
+    Returns the cap put in force now, or None. import dormant and dormant's
+    PyTorch glue call it."""
     env = os.environ if environ is None else environ
     if ENV in env:
         return None
