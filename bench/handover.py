@@ -668,12 +668,13 @@ PARTS = ("sync_s", "setup_s", "checksum_s", "host_prep_s", "host_pin_s", "host_w
 # (column, part): the handover's two halves as columns. "free" is the
 # rollout's own (its free and empty_cache, timed in its process), "verify" the
 # wake's wait for the last checksums, "NCCL" the communicators' suspend/resume
-# hooks (comms_s).
+# hooks (comms_s), "residue" the process checkpoint at the sleep's end and
+# the restore at the wake's start (residue mode checkpoint; 0 otherwise).
 SLEEP_COLUMNS = (("sync", "sync_s"), ("setup", "setup_s"), ("checksum", "checksum_s"),
                  ("host prep", "host_prep_s"), ("pin", "host_pin_s"),
                  ("host wait", "host_wait_s"), ("copy", "copy_s"), ("release", "release_s"),
-                 ("NCCL", "comms_s"), ("warm-up", "warmup_wait_s"))
-WAKE_COLUMNS = (("free", None), ("setup", "setup_s"), ("map", "map_s"),
+                 ("NCCL", "comms_s"), ("warm-up", "warmup_wait_s"), ("residue", "residue_s"))
+WAKE_COLUMNS = (("free", None), ("residue", "residue_s"), ("setup", "setup_s"), ("map", "map_s"),
                 ("map wait", "map_wait_s"), ("copy", "copy_s"), ("zero wait", "zero_wait_s"),
                 ("verify", "checksum_s"), ("NCCL", "comms_s"), ("rebuild", "rebuild_s"),
                 ("warm-up", "warmup_wait_s"))

@@ -273,14 +273,18 @@ def test_each_part_of_the_handover_is_a_column(tmp_path):
     sleep_head = next(l for l in text.splitlines() if l.startswith("sleep parts (s)"))
     wake_head = next(l for l in text.splitlines() if l.startswith("wake parts (s)"))
     for name in ("sync", "setup", "checksum", "host prep", "pin", "copy", "release", "NCCL",
-                 "total"):
+                 "residue", "total"):
         assert name in sleep_head, name
-    for name in ("free", "map", "map wait", "copy", "verify", "NCCL", "rebuild", "total"):
+    for name in ("free", "residue", "map", "map wait", "copy", "verify", "NCCL", "rebuild",
+                 "total"):
         assert name in wake_head, name
-    assert wake_head.index("free") < wake_head.index("map")
+    # in the order they happen: a sleep checkpoints last, a wake restores first
+    assert sleep_head.index("copy") < sleep_head.index("residue") < sleep_head.index("total")
+    assert wake_head.index("free") < wake_head.index("residue") < wake_head.index("map")
     rows = [l for l in text.splitlines() if l.startswith("host-overlap1")
             and l.split()[1] in ("first", "median")]
     assert len(rows) == 4          # first and median, sleep and wake
     wake_median = rows[3].split()
     assert float(wake_median[-1]) == round(r["wake_s"], 4)
     assert float(wake_median[2]) == round(r["rollout_free_s"], 4)
+    assert float(wake_median[3]) == round(r["wake_parts"]["residue_s"], 4)
