@@ -209,6 +209,21 @@ def test_memory_line_splits_nvidia_smis_figure():
         in handover.memory_line(r)
 
 
+def test_memory_line_says_what_the_stack_trim_did():
+    """--trim-stack: the last phase's limits before and after the trim, or
+    the CUDA error that left it alone; nothing without the option."""
+    base = {"dormant": {"device_bytes": 0, "host_bytes": MiB, "managed_bytes": 0}}
+    assert "stack" not in handover.memory_line(
+        {"label": "x", "memory_asleep": handover.memory_summary([base])})
+    reports = [dict(base, stack_limit={"before": 8192, "after": 4096, "result": 0}),
+               dict(base, stack_limit={"before": 4096, "after": 1024, "result": 0})]
+    line = handover.memory_line({"label": "x", "memory_asleep": handover.memory_summary(reports)})
+    assert "stack limit trimmed from 4096 to 1024 B per thread" in line
+    failed = [dict(base, stack_limit={"before": 8192, "after": 0, "result": 201})]
+    assert "stack limit not trimmed (CUDA error 201)" in handover.memory_line(
+        {"label": "x", "memory_asleep": handover.memory_summary(failed)})
+
+
 def test_process_rss_reads_vmrss(tmp_path):
     status = tmp_path / "status"
     status.write_text("Name:\tpython3\nVmHWM:\t  900 kB\nVmRSS:\t  2048 kB\nThreads:\t4\n")
