@@ -1113,6 +1113,12 @@ def main():
         return trainer_main(args)
     if args.role == "rollout":
         return rollout_main(args)
+    if args.backend == "host" and os.environ.get("DORMANT_RESIDUE", "").strip() == "checkpoint":
+        # the host stand-in's rollout takes its memory inside the trainer
+        # (debug_occupy), a device call that a checkpointed process refuses
+        ap.error("DORMANT_RESIDUE=checkpoint needs --backend cuda: on the host backend the "
+                 "rollout stand-in runs inside the trainer, which is checkpointed while it "
+                 "would run (tests/core/test_residue.c models the mode on the host backend)")
     return driver_main(args)
 
 

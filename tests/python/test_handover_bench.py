@@ -262,6 +262,18 @@ def test_the_mcore_trainer_logs_nccl_into_a_file(tmp_path):
     assert "NCCL_DEBUG_FILE" not in handover.trainer_env(args, 0, tmp_path, "synthetic-overlap0")
 
 
+def test_residue_checkpoint_on_the_host_backend_is_refused_up_front(tmp_path):
+    """The host stand-in's rollout runs inside the trainer, which a checkpoint
+    stops from touching the device: a clear usage error before any phase,
+    not a trainer error halfway."""
+    env = dict(os.environ, DORMANT_RESIDUE="checkpoint")
+    p = subprocess.run([sys.executable, str(BENCH), "--out", str(tmp_path / "out"), *SMALL],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "DORMANT_RESIDUE=checkpoint needs --backend cuda" in p.stderr
+    assert not (tmp_path / "out").exists()          # nothing ran
+
+
 def test_each_part_of_the_handover_is_a_column(tmp_path):
     """Issue 24 item 4: every part of the reports' times is in each phase's
     JSON (the list is openapi.yaml's TransitionTimes), the first phase apart
