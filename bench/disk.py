@@ -131,8 +131,7 @@ def api_worker(directory, gib, cycles, options=""):
     m = dormant.Manager(**dict({"backend": os.environ.get("DORMANT_BACKEND", "cuda"),
                                 "disk_dir": directory, "chunk_bytes": "1GiB"},
                                **parse_options(options)))
-    verifying = parse_options(options).get("verify", "true").lower() not in (
-        "false", "0", "no", "off")
+    verifying = m.option("verify") == "true"  # from options or $DORMANT_VERIFY
     m.set_policy("cold", "disk")
     ptr = m.alloc("cold", size)
     block = os.urandom(piece)
