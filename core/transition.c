@@ -574,8 +574,8 @@ static int residue_before_wake(struct dormant *m, struct transition *t)
 /*
  * With m->lock: refuse a second transition, pick the tags and take the
  * transition (transition_running), stopping a warm-up. A wake with nothing
- * to wake is over here (it drops the marks of awake tags) and takes
- * nothing; a sleep with every tag asleep already takes it for the
+ * to wake is over here and takes nothing (transition() drops the marks of
+ * awake tags); a sleep with every tag asleep already takes it for the
  * checkpoint its end may try.
  */
 static int transition_start(struct dormant *m, struct transition *t, const char *const *names)
@@ -591,10 +591,8 @@ static int transition_start(struct dormant *m, struct transition *t, const char 
 		return r;
 	if (t->tag_count == 0) {
 		m->noops[!t->sleep]++;
-		if (!t->sleep) {
-			marks_drop_awake(m);
+		if (!t->sleep)
 			return 0;
-		}
 	}
 	m->transition_running = t->running = true;
 	if (t->tag_count > 0) {
@@ -813,20 +811,22 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 	pthread_mutex_lock(&m->lock);
 	r = transition_start(m, &t, names);
 	pthread_mutex_unlock(&m->lock);
-	if (r == 0 && t.running) {
-		if (t.tag_count > 0)
-			r = sleep ? guard_close(m, &rep->guard_wait_s) : 0;
-		if (r < 0) {
-			/* steps did not leave in time: busy, and they go on (see
-			 * settle() for the marks) */
-			t.guard_failed = true;
-			pthread_mutex_lock(&m->lock);
-			m->busy[0]++;
-			marks_drop_awake(m);
-			pthread_mutex_unlock(&m->lock);
-		} else if (t.tag_count > 0) {
+	if (r == 0 && t.running && t.tag_count > 0) {
+		r = sleep ? guard_close(m, &rep->guard_wait_s) : 0;
+		/* steps did not leave in time: busy, and they go on */
+		t.guard_failed = r < 0;
+		if (!t.guard_failed)
 			r = transition_move(m, &t);
-		}
+	}
+	if (t.guard_failed || (r == 0 && !t.running)) {
+		/* what settle() does to the marks where nothing settles: a
+		 * sleep the guard refused and a wake with nothing to wake drop
+		 * the marks of every awake tag */
+		pthread_mutex_lock(&m->lock);
+		if (t.guard_failed)
+			m->busy[0]++;
+		marks_drop_awake(m);
+		pthread_mutex_unlock(&m->lock);
 	}
 	transition_end(m, &t, r);
 	if (ret)
