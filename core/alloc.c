@@ -1,9 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* An allocation's end, and the ends deferred while checkpointed (alloc.h). */
+/* An allocation's owner for the engine, its end, and the ends deferred while
+ * checkpointed (alloc.h). */
 #include "alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+struct chunk_owner alloc_owner(struct alloc *a)
+{
+	return (struct chunk_owner){
+		.device = a->device, .ptr = a->ptr, .tag = a->tag->name, .held = &a->tag->held,
+	};
+}
 
 void alloc_destroy(struct dormant *m, struct alloc *a)
 {

@@ -138,12 +138,4 @@ static inline enum dormant_policy alloc_policy(const struct alloc *a)
 	return a->policy == DORMANT_POLICY_TAG ? a->tag->policy : (enum dormant_policy)a->policy;
 }
 
-/* What the engine knows of a's chunks' owner (chunk.h). */
-static inline struct chunk_owner alloc_owner(struct alloc *a)
-{
-	return (struct chunk_owner){
-		.device = a->device, .ptr = a->ptr, .tag = a->tag->name, .held = &a->tag->held,
-	};
-}
-
 #endif

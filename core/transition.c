@@ -21,7 +21,7 @@
  * transition() reads as its steps: transition_start() under the lock, the
  * guard, transition_move() (the restore, the hooks, the engine's copies,
  * settle(), the after-hooks) and transition_end() (the checkpoint, the gate,
- * the warm-up, one line of log). Everything it learned goes into the report,
+ * the warm-up, the report's last fields, the log). Everything it learned goes into the report,
  * the residue's part and the tags' states included. The modules below it
  * (residue, guard, engine) report; this file logs.
  *
@@ -544,19 +544,21 @@ static void wake_need(struct transition *t, uint64_t need[DORMANT_DEVICES_MAX])
 
 /* A wake's first step: restore the process's device state if it is
  * checkpointed (into the report's residue part), then destroy what was
- * freed meanwhile. Called without m->lock, with transition_running set. */
+ * freed meanwhile. The residue module knows whether there is anything to
+ * restore: one call asks it. Called without m->lock, with
+ * transition_running set. */
 static int residue_before_wake(struct dormant *m, struct transition *t)
 {
 	struct dormant_residue_step *step = &t->report->residue;
 	uint64_t need[DORMANT_DEVICES_MAX];
 	int r;
 
-	if (!residue_checkpointed(&m->residue))
-		return 0; /* the common case: nothing to measure, nothing to take */
 	pthread_mutex_lock(&m->lock);
 	wake_need(t, need);
 	pthread_mutex_unlock(&m->lock);
 	r = residue_restore(&m->residue, m->device_count, need, step);
+	if (r == 0 && !step->op[0])
+		return 0; /* the common case: nothing was checkpointed, nothing tried */
 	pthread_mutex_lock(&m->lock);
 	if (r == -EPERM) {
 		/* stuck for good: say so wherever health is read */
@@ -572,8 +574,8 @@ static int residue_before_wake(struct dormant *m, struct transition *t)
 /*
  * With m->lock: refuse a second transition, pick the tags and take the
  * transition (transition_running), stopping a warm-up. A wake with nothing
- * to wake is over here (it drops the marks of awake tags) and takes
- * nothing; a sleep with every tag asleep already takes it for the
+ * to wake is over here and takes nothing (transition() drops the marks of
+ * awake tags); a sleep with every tag asleep already takes it for the
  * checkpoint its end may try.
  */
 static int transition_start(struct dormant *m, struct transition *t, const char *const *names)
@@ -589,10 +591,8 @@ static int transition_start(struct dormant *m, struct transition *t, const char 
 		return r;
 	if (t->tag_count == 0) {
 		m->noops[!t->sleep]++;
-		if (!t->sleep) {
-			marks_drop_awake(m);
+		if (!t->sleep)
 			return 0;
-		}
 	}
 	m->transition_running = t->running = true;
 	if (t->tag_count > 0) {
@@ -700,10 +700,13 @@ settle:
 }
 
 /*
- * The end of a transition that took transition_running: a sleep that
- * succeeded checkpoints the residue where asked (last, once the hooks no
- * longer need the device; its time counts in the sleep's); the gate opens,
- * the warm-up may run again, and one line of log says how it went.
+ * The end of every transition. One that took transition_running: a sleep
+ * that succeeded checkpoints the residue where asked (last, once the hooks
+ * no longer need the device; its time counts in the sleep's), the gate
+ * opens and the warm-up may run again. Then the report's last fields (the
+ * result, the residue's part, how many tags are awake and asleep) and, for
+ * one that took transition_running, its log: the residue helper's start if
+ * it started one, then one line that says how it went.
  */
 static void transition_end(struct dormant *m, struct transition *t, int r)
 {
@@ -712,51 +715,74 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
 	char residue[DORMANT_ERROR_MAX + 64] = "";
+	char start_line[512];
+	bool start_warning = false;
 	int bucket = 0;
 
-	if (t->sleep && r == 0)
-		residue_after_sleep(m, rep);
-	pthread_mutex_lock(&m->lock);
-	if (t->settled) {
-		/* its whole time, a sleep's checkpoint included, into its
-		 * histogram and its last_sleep or last_wake */
-		if (t->sleep && step->op[0])
-			rep->duration_s += step->seconds;
-		while (bucket < DORMANT_HISTOGRAM_BUCKETS && rep->duration_s > h->bounds_s[bucket])
-			bucket++;
-		h->counts[bucket]++;
-		h->count++;
-		h->sum_s += rep->duration_s;
-		last->duration_s = rep->duration_s;
-		last->started_unix_s = now_unix_s() - rep->duration_s;
+	if (t->running) {
+		if (t->sleep && r == 0)
+			residue_after_sleep(m, rep);
+		pthread_mutex_lock(&m->lock);
+		if (t->settled) {
+			/* its whole time, a sleep's checkpoint included, into
+			 * its histogram and its last_sleep or last_wake */
+			if (t->sleep && step->op[0])
+				rep->duration_s += step->seconds;
+			while (bucket < DORMANT_HISTOGRAM_BUCKETS &&
+			       rep->duration_s > h->bounds_s[bucket])
+				bucket++;
+			h->counts[bucket]++;
+			h->count++;
+			h->sum_s += rep->duration_s;
+			last->duration_s = rep->duration_s;
+			last->started_unix_s = now_unix_s() - rep->duration_s;
+		}
+		guard_release(m);
+		m->transition_running = false;
+		warmup_transition_done(m);
+		pthread_mutex_unlock(&m->lock);
+		if (!t->settled)
+			rep->duration_s = now_monotonic_s() - t->start;
 	}
-	guard_release(m);
-	m->transition_running = false;
-	warmup_transition_done(m);
-	pthread_mutex_unlock(&m->lock);
-	if (!t->settled)
+	rep->result = r;
+	if (r < 0)
+		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
+	if (rep->duration_s == 0)
 		rep->duration_s = now_monotonic_s() - t->start;
+	residue_step_finish(&m->residue, &rep->residue);
+
 	/* a restore or checkpoint that started the residue's helper says so */
-	manager_log_residue_start(m);
-	if (!t->settled && !t->guard_failed && !step->op[0])
-		return; /* nothing to sleep, nothing tried: nothing to say */
-	/* a failed restore's message is the wake's own */
-	if (step->op[0] && step->result == 0)
-		snprintf(residue, sizeof(residue), "; residue %s in %.3f s", step->op, step->seconds);
-	else if (step->op[0] && r == 0)
-		snprintf(residue, sizeof(residue), "; the residue stays: %s", step->error);
-	if (t->totals.warnings) /* the engine's: the first, and how many */
-		log_write(&m->log, DORMANT_LOG_WARNING, "%s: %s (warnings: %u)", kind(t),
-			  t->totals.warning, t->totals.warnings);
-	log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
-		  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, %llu zeroed"
-		  "%s%s%s%s%s",
-		  kind(t), r == 0 ? "done" : "failed", rep->duration_s,
-		  (unsigned long long)rep->bytes_copied, rep->copy_gbps,
-		  (unsigned long long)rep->bytes_released, (unsigned long long)rep->bytes_zeroed,
-		  r == 0 ? "" : ": ", r == 0 ? "" : dormant_last_error(),
-		  t->rebuild_error[0] ? "; rebuilding after the rollback failed too: " : "",
-		  t->rebuild_error, residue);
+	if (t->running && residue_start_take(&m->residue, start_line, sizeof(start_line),
+					     &start_warning))
+		log_write(&m->log, start_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
+			  start_line);
+	/* nothing to sleep, nothing tried: nothing to say */
+	if (t->running && (t->settled || t->guard_failed || step->op[0])) {
+		/* a failed restore's message is the wake's own */
+		if (step->op[0] && step->result == 0)
+			snprintf(residue, sizeof(residue), "; residue %s in %.3f s", step->op,
+				 step->seconds);
+		else if (step->op[0] && r == 0)
+			snprintf(residue, sizeof(residue), "; the residue stays: %s", step->error);
+		if (t->totals.warnings) /* the engine's: the first, and how many */
+			log_write(&m->log, DORMANT_LOG_WARNING, "%s: %s (warnings: %u)", kind(t),
+				  t->totals.warning, t->totals.warnings);
+		log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
+			  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, "
+			  "%llu zeroed%s%s%s%s%s",
+			  kind(t), r == 0 ? "done" : "failed", rep->duration_s,
+			  (unsigned long long)rep->bytes_copied, rep->copy_gbps,
+			  (unsigned long long)rep->bytes_released,
+			  (unsigned long long)rep->bytes_zeroed, r == 0 ? "" : ": ",
+			  r == 0 ? "" : dormant_last_error(),
+			  t->rebuild_error[0] ? "; rebuilding after the rollback failed too: " : "",
+			  t->rebuild_error, residue);
+	}
+
+	pthread_mutex_lock(&m->lock);
+	rep->tags_awake = tags_in(m, DORMANT_AWAKE);
+	rep->tags_asleep = tags_in(m, DORMANT_ASLEEP);
+	pthread_mutex_unlock(&m->lock);
 }
 
 static int transition(struct dormant *m, bool sleep, const char *const *names,
@@ -785,32 +811,24 @@ static int transition(struct dormant *m, bool sleep, const char *const *names,
 	pthread_mutex_lock(&m->lock);
 	r = transition_start(m, &t, names);
 	pthread_mutex_unlock(&m->lock);
-	if (r == 0 && t.running) {
-		if (t.tag_count > 0)
-			r = sleep ? guard_close(m, &rep->guard_wait_s) : 0;
-		if (r < 0) {
-			/* steps did not leave in time: busy, and they go on (see
-			 * settle() for the marks) */
-			t.guard_failed = true;
-			pthread_mutex_lock(&m->lock);
-			m->busy[0]++;
-			marks_drop_awake(m);
-			pthread_mutex_unlock(&m->lock);
-		} else if (t.tag_count > 0) {
+	if (r == 0 && t.running && t.tag_count > 0) {
+		r = sleep ? guard_close(m, &rep->guard_wait_s) : 0;
+		/* steps did not leave in time: busy, and they go on */
+		t.guard_failed = r < 0;
+		if (!t.guard_failed)
 			r = transition_move(m, &t);
-		}
-		transition_end(m, &t, r);
 	}
-	rep->result = r;
-	if (r < 0)
-		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
-	if (rep->duration_s == 0)
-		rep->duration_s = now_monotonic_s() - start;
-	residue_step_finish(&m->residue, &rep->residue);
-	pthread_mutex_lock(&m->lock);
-	rep->tags_awake = tags_in(m, DORMANT_AWAKE);
-	rep->tags_asleep = tags_in(m, DORMANT_ASLEEP);
-	pthread_mutex_unlock(&m->lock);
+	if (t.guard_failed || (r == 0 && !t.running)) {
+		/* what settle() does to the marks where nothing settles: a
+		 * sleep the guard refused and a wake with nothing to wake drop
+		 * the marks of every awake tag */
+		pthread_mutex_lock(&m->lock);
+		if (t.guard_failed)
+			m->busy[0]++;
+		marks_drop_awake(m);
+		pthread_mutex_unlock(&m->lock);
+	}
+	transition_end(m, &t, r);
 	if (ret)
 		*ret = *rep;
 	free(rep);

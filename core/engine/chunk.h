@@ -52,7 +52,7 @@ struct held_bytes {
 
 /* A chunk's owner, as far as the engine needs it: the device and address of
  * its allocation, the name and counters of its tag. The manager fills it in
- * (alloc_owner(), manager.h); the tag outlives every use the engine makes. */
+ * (alloc_owner(), alloc.h); the tag outlives every use the engine makes. */
 struct chunk_owner {
 	int device;
 	void *ptr;               /* the allocation's address (messages) */
