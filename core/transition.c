@@ -716,8 +716,6 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
 	char residue[DORMANT_ERROR_MAX + 64] = "";
-	char start_line[512];
-	bool start_warning = false;
 	int bucket = 0;
 
 	if (t->running) {
@@ -742,21 +740,17 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 		m->transition_running = false;
 		warmup_transition_done(m);
 		pthread_mutex_unlock(&m->lock);
-		if (!t->settled)
-			rep->duration_s = now_monotonic_s() - t->start;
 	}
 	rep->result = r;
 	if (r < 0)
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
-	if (rep->duration_s == 0)
+	if (!t->settled) /* settle() timed one that settled */
 		rep->duration_s = now_monotonic_s() - t->start;
 	residue_step_finish(&m->residue, &rep->residue);
 
 	/* a restore or checkpoint that started the residue's helper says so */
-	if (t->running && residue_start_take(&m->residue, start_line, sizeof(start_line),
-					     &start_warning))
-		log_write(&m->log, start_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
-			  start_line);
+	if (t->running)
+		manager_log_residue_start(m);
 	/* nothing to sleep, nothing tried: nothing to say */
 	if (t->running && (t->settled || t->guard_failed || step->op[0])) {
 		/* a failed restore's message is the wake's own */
