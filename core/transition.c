@@ -20,8 +20,9 @@
  *
  * transition() reads as its steps: transition_start() under the lock, the
  * guard, transition_move() (the restore, the hooks, the engine's copies,
- * settle(), the after-hooks) and transition_end() (the checkpoint, the gate,
- * the warm-up, the report's last fields, the log). Everything it learned goes into the report,
+ * settle(), the after-hooks) and transition_end() (the checkpoint and the
+ * residue's part of the report, the gate, the warm-up, the report's last
+ * fields, the log). Everything it learned goes into the report,
  * the residue's part and the tags' states included. The modules below it
  * (residue, guard, engine) report; this file logs.
  *
@@ -700,13 +701,15 @@ settle:
 }
 
 /*
- * The end of every transition. One that took transition_running: a sleep
- * that succeeded checkpoints the residue where asked (last, once the hooks
- * no longer need the device; its time counts in the sleep's), the gate
- * opens and the warm-up may run again. Then the report's last fields (the
- * result, the residue's part, how many tags are awake and asleep) and, for
- * one that took transition_running, its log: the residue helper's start if
- * it started one, then one line that says how it went.
+ * The end of every transition. First the residue's part of the report: in
+ * one that took transition_running, a sleep that succeeded checkpoints the
+ * residue where asked (last, once the hooks no longer need the device; its
+ * time counts in the sleep's); then the residue's mode and state, and the
+ * helper's start line if a restore or checkpoint started one, all while it
+ * still holds transition_running. Then the gate opens and the warm-up may
+ * run again; the report's last fields (the result, how many tags are awake
+ * and asleep) and, for one that took transition_running, its log: the
+ * helper's start, then one line that says how it went.
  */
 static void transition_end(struct dormant *m, struct transition *t, int r)
 {
@@ -716,12 +719,15 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
 	char residue[DORMANT_ERROR_MAX + 64] = "";
 	char start_line[512];
-	bool start_warning = false;
+	bool started, start_warning = false;
 	int bucket = 0;
 
+	if (t->running && t->sleep && r == 0)
+		residue_after_sleep(m, rep);
+	residue_step_finish(&m->residue, &rep->residue);
+	started = t->running && residue_start_take(&m->residue, start_line, sizeof(start_line),
+						    &start_warning);
 	if (t->running) {
-		if (t->sleep && r == 0)
-			residue_after_sleep(m, rep);
 		pthread_mutex_lock(&m->lock);
 		if (t->settled) {
 			/* its whole time, a sleep's checkpoint included, into
@@ -749,11 +755,9 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
 	if (rep->duration_s == 0)
 		rep->duration_s = now_monotonic_s() - t->start;
-	residue_step_finish(&m->residue, &rep->residue);
 
 	/* a restore or checkpoint that started the residue's helper says so */
-	if (t->running && residue_start_take(&m->residue, start_line, sizeof(start_line),
-					     &start_warning))
+	if (started)
 		log_write(&m->log, start_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
 			  start_line);
 	/* nothing to sleep, nothing tried: nothing to say */
