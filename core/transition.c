@@ -633,43 +633,39 @@ static int transition_move(struct dormant *m, struct transition *t)
 		goto settle;
 	}
 
-	if (t->sleep) {
-		r = engine_sleep(&m->engine, t->items, t->item_count, &t->totals);
+	/* the engine moves the memory; then the transition's own steps */
+	r = t->sleep ? engine_sleep(&m->engine, t->items, t->item_count, &t->totals)
+		     : engine_wake(&m->engine, t->items, t->item_count, &t->totals);
+	if (t->sleep && r == 0) {
 		/* Everything that can fail on this rank alone is behind us: now
 		 * the collective part (communicators). If it fails the memory
 		 * stays asleep; settle() finds nothing mapped. */
-		if (r == 0) {
-			t->copies_done = true;
-			r = hooks_run(m, DORMANT_HOOK_AFTER_COPIES, &t->totals.times.comms_s);
-		} else if (!t->totals.rollback_failed) {
-			/* Rolled back after REBUILD memory was released (only a
-			 * failed unmap gets there): it came back zero-filled, so
-			 * rebuild it. */
-			char message[DORMANT_ERROR_MAX];
+		t->copies_done = true;
+		r = hooks_run(m, DORMANT_HOOK_AFTER_COPIES, &t->totals.times.comms_s);
+	} else if (t->sleep && !t->totals.rollback_failed) {
+		/* Rolled back after REBUILD memory was released (only a failed
+		 * unmap gets there): it came back zero-filled, so rebuild it. */
+		char message[DORMANT_ERROR_MAX];
 
-			snprintf(message, sizeof(message), "%s", dormant_last_error());
-			if (run_rebuilds(m, t) < 0)
-				snprintf(t->rebuild_error, sizeof(t->rebuild_error), "%s",
-					 dormant_last_error());
-			error_set(r, "%s", message);
-		}
-	} else {
-		r = engine_wake(&m->engine, t->items, t->item_count, &t->totals);
-		/* Every KEEP chunk of the wake is back: communicators first
-		 * (a rebuild may gather over them), then rebuild from them. */
+		snprintf(message, sizeof(message), "%s", dormant_last_error());
+		if (run_rebuilds(m, t) < 0)
+			snprintf(t->rebuild_error, sizeof(t->rebuild_error), "%s",
+				 dormant_last_error());
+		error_set(r, "%s", message);
+	} else if (!t->sleep && r == 0) {
+		/* Every KEEP chunk of the wake is back: communicators first (a
+		 * rebuild may gather over them), then rebuild from them. */
+		r = hooks_run(m, DORMANT_HOOK_BEFORE_REBUILD, &t->totals.times.comms_s);
 		if (r == 0) {
-			r = hooks_run(m, DORMANT_HOOK_BEFORE_REBUILD, &t->totals.times.comms_s);
-			if (r == 0) {
-				double rebuild = now_monotonic_s();
+			double rebuild = now_monotonic_s();
 
-				r = run_rebuilds(m, t);
-				t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
-			}
-			if (r < 0)
-				engine_wake_undo(&m->engine, t->items, t->item_count, &t->totals);
-			else
-				engine_copies_done(&m->engine, t->items, t->item_count);
+			r = run_rebuilds(m, t);
+			t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
 		}
+		if (r < 0)
+			engine_wake_undo(&m->engine, t->items, t->item_count, &t->totals);
+		else
+			engine_copies_done(&m->engine, t->items, t->item_count);
 	}
 	if (r < 0)
 		error_prefix(r, "%s", kind(t));
