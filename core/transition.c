@@ -662,10 +662,7 @@ static int transition_move(struct dormant *m, struct transition *t)
 			r = run_rebuilds(m, t);
 			t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
 		}
-		if (r < 0)
-			engine_wake_undo(&m->engine, t->items, t->item_count, &t->totals);
-		else
-			engine_copies_done(&m->engine, t->items, t->item_count);
+		engine_wake_end(&m->engine, t->items, t->item_count, &t->totals, r == 0);
 	}
 	if (r < 0)
 		error_prefix(r, "%s", kind(t));

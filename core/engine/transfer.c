@@ -592,8 +592,8 @@ int engine_sleep(struct engine *e, struct engine_item *items, size_t count, stru
 	engine_warnings_add(t, &undo);
 	/* What came back is the wake's (wake_items() gave back what it
 	 * mapped if it failed); copies made for chunks that never left the
-	 * device are not needed. */
-	engine_copies_done(e, items, count);
+	 * device are not needed: it ends as a wake that is done. */
+	engine_wake_end(e, items, count, t, true);
 	if (rr < 0)
 		return error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
 				 rollback);
@@ -817,6 +817,16 @@ static int wake_device(struct engine *e, int d, struct engine_item *items, size_
 	return 0;
 }
 
+void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
+		     struct engine_totals *t, bool done)
+{
+	if (!done) {
+		engine_wake_undo(e, items, count, t);
+		return;
+	}
+	engine_copies_done(e, items, count);
+}
+
 /* Every device at once; on failure, what any of them mapped is given back. */
 static int wake_items(struct engine *e, struct engine_item *items, size_t count,
 		      struct engine_totals *t)
@@ -827,7 +837,7 @@ static int wake_items(struct engine *e, struct engine_item *items, size_t count,
 		items[i].mapped_here = false;
 	r = devices_run(e, items, count, wake_device, t);
 	if (r < 0)
-		engine_wake_undo(e, items, count, t);
+		engine_wake_end(e, items, count, t, false);
 	return r;
 }
 
