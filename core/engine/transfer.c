@@ -820,11 +820,24 @@ static int wake_device(struct engine *e, int d, struct engine_item *items, size_
 void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
 		     struct engine_totals *t, bool done)
 {
-	if (!done) {
-		engine_wake_undo(e, items, count, t);
+	if (done) {
+		engine_copies_done(e, items, count);
 		return;
 	}
-	engine_copies_done(e, items, count);
+	/* what it mapped goes back (mapped_here); the host copies stay */
+	for (size_t i = 0; i < count; i++) {
+		struct engine_item *it = &items[i];
+
+		if (!it->mapped_here)
+			continue;
+		it->mapped_here = false;
+		if (engine_chunk_release(e, &it->owner, it->chunk, t) < 0) {
+			engine_warn(t, "undoing a wake: %s", dormant_last_error());
+			continue;
+		}
+		it->change->bytes_mapped -= it->chunk->size;
+		t->mapped -= it->chunk->size;
+	}
 }
 
 /* Every device at once; on failure, what any of them mapped is given back. */

@@ -16,11 +16,10 @@
  *                which engine_wake_end() calls);
  *  - state.c:    at the bottom, the engine's state, the accounting, timing
  *                and warnings the others report into, and a chunk's pieces
- *                given back: a wake's undo (engine_wake_undo(), which
- *                engine_wake_end() calls) and a chunk's end
- *                (engine_chunk_drop()) (state.h);
+ *                given back: its device memory (engine_chunk_release()) and
+ *                a chunk's end (engine_chunk_drop()) (state.h);
  *  - transfer.c: on top, this interface: sleep (and its rollback), wake (and
- *                its end, engine_wake_end()).
+ *                its end, commit or undo, engine_wake_end()).
  * The engine logs nothing (but three debug traces of reclaimable unpins): what
  * went wrong without failing a transition is counted in its totals, the
  * first warning's text kept (engine_warn()), for the manager to log.
@@ -86,9 +85,9 @@ int engine_wake(struct engine *e, struct engine_item *items, size_t count, struc
  * and the manager's rebuilds succeeded): the host and disk copies that no
  * wake needs any more go as the host mode says (engine_copies_done(),
  * hostcopy.h). Not done (its copies failed, or a rebuild callback after
- * them): what it mapped is given back, told in t, the host copies intact
- * for a retry (engine_wake_undo(), state.h). A sleep's rollback ends as a
- * wake that is done, whatever came back. */
+ * them): what it mapped (the items' mapped_here) is given back, the host
+ * copies intact for a retry; a chunk that cannot be unmapped is told in t.
+ * A sleep's rollback ends as a wake that is done, whatever came back. */
 void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
 		     struct engine_totals *t, bool done);
 
