@@ -545,21 +545,22 @@ static void wake_need(struct transition *t, uint64_t need[DORMANT_DEVICES_MAX])
 
 /* A wake's first step: restore the process's device state if it is
  * checkpointed (into the report's residue part), then destroy what was
- * freed meanwhile. The residue module knows whether there is anything to
- * restore: one call asks it. Called without m->lock, with
- * transition_running set. */
+ * freed meanwhile. Called without m->lock, with transition_running set. */
 static int residue_before_wake(struct dormant *m, struct transition *t)
 {
 	struct dormant_residue_step *step = &t->report->residue;
 	uint64_t need[DORMANT_DEVICES_MAX];
 	int r;
 
+	/* the common case: nothing to measure, nothing to restore; asked
+	 * first so that a wake does not take m->lock and walk every
+	 * allocation of its tags for a restore that almost never runs */
+	if (!residue_checkpointed(&m->residue))
+		return 0;
 	pthread_mutex_lock(&m->lock);
 	wake_need(t, need);
 	pthread_mutex_unlock(&m->lock);
 	r = residue_restore(&m->residue, m->device_count, need, step);
-	if (r == 0 && !step->op[0])
-		return 0; /* the common case: nothing was checkpointed, nothing tried */
 	pthread_mutex_lock(&m->lock);
 	if (r == -EPERM) {
 		/* stuck for good: say so wherever health is read */
