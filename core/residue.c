@@ -342,6 +342,11 @@ static int free_last(struct residue *r, int device, uint64_t *ret_free, uint64_t
 	return *ret_total ? 0 : error_set(-EBUSY, "the residue helper is busy or not running");
 }
 
+bool residue_checkpointed(struct residue *r)
+{
+	return atomic_load(&r->checkpointed);
+}
+
 int residue_free_outside(struct residue *r, int device, bool start, uint64_t *ret_free,
 			 uint64_t *ret_total)
 {
