@@ -175,6 +175,8 @@ def memory_report(dm, torch=None, segments_of=None):
     rss = process_rss()
     if rss is not None:
         rep["process"] = {"rss_bytes": rss}
+    if STACK_TRIM:
+        rep["stack_limit"] = dict(STACK_TRIM)
     # checkpointed (residue mode): a CUDA call would wait for the wake
     if torch is None or residue.get("state") == "checkpointed":
         return rep
@@ -360,6 +362,27 @@ def corrupt(t):
         t.kept_tensors()[0].view(-1)[7] += 1
 
 
+# --trim-stack: the stack limit before and after the last trim (the trainer's)
+STACK_TRIM = {}
+
+
+def trim_stack(torch, nbytes):
+    """Set the current context's stack limit (CU_LIMIT_STACK_SIZE, bytes per
+    thread) to nbytes once the device is idle; the driver then holds local
+    memory for that much, no longer for the hungriest kernel launched so far
+    (a later launch that needs more grows it again). Into STACK_TRIM."""
+    import ctypes
+    torch.cuda.synchronize()
+    cuda = ctypes.CDLL("libcuda.so.1")
+    before, after = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    r = cuda.cuCtxGetLimit(ctypes.byref(before), 0)           # CU_LIMIT_STACK_SIZE
+    if r == 0:
+        r = cuda.cuCtxSetLimit(0, ctypes.c_size_t(nbytes))
+    if r == 0:
+        r = cuda.cuCtxGetLimit(ctypes.byref(after), 0)
+    STACK_TRIM.update(before=before.value, after=after.value, result=r)
+
+
 def one_rank_cap():
     """The NCCL cap dormant.nccl put on this process's one-rank groups, or
     None (none in force, or no torch.distributed loaded)."""
@@ -408,6 +431,8 @@ def trainer_main(args):
                     with dm.step():
                         n = t.step()
                 expected, pointers = digest(), t.pointers()
+                if args.trim_stack and args.backend != "host":
+                    trim_stack(t.torch, args.trim_stack)
                 say(f"STEPPED {n} {expected}")
             elif cmd == "verify":
                 if args.test_corrupt_step == getattr(t, "steps", None):
@@ -668,12 +693,13 @@ PARTS = ("sync_s", "setup_s", "checksum_s", "host_prep_s", "host_pin_s", "host_w
 # (column, part): the handover's two halves as columns. "free" is the
 # rollout's own (its free and empty_cache, timed in its process), "verify" the
 # wake's wait for the last checksums, "NCCL" the communicators' suspend/resume
-# hooks (comms_s).
+# hooks (comms_s), "residue" the process checkpoint at the sleep's end and
+# the restore at the wake's start (residue mode checkpoint; 0 otherwise).
 SLEEP_COLUMNS = (("sync", "sync_s"), ("setup", "setup_s"), ("checksum", "checksum_s"),
                  ("host prep", "host_prep_s"), ("pin", "host_pin_s"),
                  ("host wait", "host_wait_s"), ("copy", "copy_s"), ("release", "release_s"),
-                 ("NCCL", "comms_s"), ("warm-up", "warmup_wait_s"))
-WAKE_COLUMNS = (("free", None), ("setup", "setup_s"), ("map", "map_s"),
+                 ("NCCL", "comms_s"), ("warm-up", "warmup_wait_s"), ("residue", "residue_s"))
+WAKE_COLUMNS = (("free", None), ("residue", "residue_s"), ("setup", "setup_s"), ("map", "map_s"),
                 ("map wait", "map_wait_s"), ("copy", "copy_s"), ("zero wait", "zero_wait_s"),
                 ("verify", "checksum_s"), ("NCCL", "comms_s"), ("rebuild", "rebuild_s"),
                 ("warm-up", "warmup_wait_s"))
@@ -729,6 +755,8 @@ def run_trainer(args, overlap, ceiling, out, checks):
            "--mcore-hidden", str(args.mcore_hidden), "--mcore-heads", str(args.mcore_heads)]
     if args.test_corrupt_step is not None:
         cmd += ["--test-corrupt-step", str(args.test_corrupt_step)]
+    if getattr(args, "trim_stack", 0):  # a Namespace of the tests may lack it
+        cmd += ["--trim-stack", str(args.trim_stack)]
     trainer = Proc("trainer", cmd, env, out / f"trainer-{label}.log")
     rollout = None
     result = {"label": label, "trainer": args.trainer, "wake_overlap": overlap > 0,
@@ -904,6 +932,9 @@ def memory_summary(reports):
     vals = [m["process"]["rss_bytes"] for m in reports if "process" in m]
     if vals:
         out["process_rss_bytes"] = statistics.median(vals)
+    trims = [m["stack_limit"] for m in reports if "stack_limit" in m]
+    if trims:
+        out["stack_limit"] = trims[-1]
     last = next((m for m in reversed(reports) if "torch" in m), None)
     if last is not None:
         out["largest_outside"] = last["torch"]["largest_outside"]
@@ -945,6 +976,10 @@ def memory_line(r):
                      f"{mib(m['dormant_host_bytes'])} MiB of host copies")
     if "process_rss_bytes" in m:
         parts.append(f"process resident on the host {mib(m['process_rss_bytes'])} MiB")
+    if "stack_limit" in m:
+        t = m["stack_limit"]
+        parts.append(f"stack limit trimmed from {t['before']} to {t['after']} B per thread"
+                     if t["result"] == 0 else f"stack limit not trimmed (CUDA error {t['result']})")
     if m.get("error"):
         parts.append(f"report failed: {m['error']}")
     return f"{r['label'][:20]:20s} asleep: " + "; ".join(parts or ["no report"])
@@ -1061,6 +1096,11 @@ def main():
     ap.add_argument("--wake-copy", choices=("auto", "engine", "kernel"), default=None,
                     help="what copies the wakes (option wake_copy; default the library's); "
                          "each wake's choice is in its phase row's wake_copy")
+    ap.add_argument("--trim-stack", type=int, default=0, metavar="BYTES",
+                    help="CUDA trainer: after each step, the context's stack limit set to "
+                         "BYTES per thread (cuCtxSetLimit), which gives back the local memory "
+                         "reserved for the hungriest kernel so far: how much of what a "
+                         "sleeping trainer holds (and a checkpoint copies) that is; 0: untouched")
     ap.add_argument("--no-empty-cache", action="store_true",
                     help="the trainer keeps PyTorch's cache asleep (DORMANT_TORCH_EMPTY_CACHE=0)")
     ap.add_argument("--host-device-bytes", type=int, default=256 * MiB,
@@ -1073,6 +1113,12 @@ def main():
         return trainer_main(args)
     if args.role == "rollout":
         return rollout_main(args)
+    if args.backend == "host" and os.environ.get("DORMANT_RESIDUE", "").strip() == "checkpoint":
+        # the host stand-in's rollout takes its memory inside the trainer
+        # (debug_occupy), a device call that a checkpointed process refuses
+        ap.error("DORMANT_RESIDUE=checkpoint needs --backend cuda: on the host backend the "
+                 "rollout stand-in runs inside the trainer, which is checkpointed while it "
+                 "would run (tests/core/test_residue.c models the mode on the host backend)")
     return driver_main(args)
 
 

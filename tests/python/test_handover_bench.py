@@ -209,6 +209,21 @@ def test_memory_line_splits_nvidia_smis_figure():
         in handover.memory_line(r)
 
 
+def test_memory_line_says_what_the_stack_trim_did():
+    """--trim-stack: the last phase's limits before and after the trim, or
+    the CUDA error that left it alone; nothing without the option."""
+    base = {"dormant": {"device_bytes": 0, "host_bytes": MiB, "managed_bytes": 0}}
+    assert "stack" not in handover.memory_line(
+        {"label": "x", "memory_asleep": handover.memory_summary([base])})
+    reports = [dict(base, stack_limit={"before": 8192, "after": 4096, "result": 0}),
+               dict(base, stack_limit={"before": 4096, "after": 1024, "result": 0})]
+    line = handover.memory_line({"label": "x", "memory_asleep": handover.memory_summary(reports)})
+    assert "stack limit trimmed from 4096 to 1024 B per thread" in line
+    failed = [dict(base, stack_limit={"before": 8192, "after": 0, "result": 201})]
+    assert "stack limit not trimmed (CUDA error 201)" in handover.memory_line(
+        {"label": "x", "memory_asleep": handover.memory_summary(failed)})
+
+
 def test_process_rss_reads_vmrss(tmp_path):
     status = tmp_path / "status"
     status.write_text("Name:\tpython3\nVmHWM:\t  900 kB\nVmRSS:\t  2048 kB\nThreads:\t4\n")
@@ -247,6 +262,18 @@ def test_the_mcore_trainer_logs_nccl_into_a_file(tmp_path):
     assert "NCCL_DEBUG_FILE" not in handover.trainer_env(args, 0, tmp_path, "synthetic-overlap0")
 
 
+def test_residue_checkpoint_on_the_host_backend_is_refused_up_front(tmp_path):
+    """The host stand-in's rollout runs inside the trainer, which a checkpoint
+    stops from touching the device: a clear usage error before any phase,
+    not a trainer error halfway."""
+    env = dict(os.environ, DORMANT_RESIDUE="checkpoint")
+    p = subprocess.run([sys.executable, str(BENCH), "--out", str(tmp_path / "out"), *SMALL],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "DORMANT_RESIDUE=checkpoint needs --backend cuda" in p.stderr
+    assert not (tmp_path / "out").exists()          # nothing ran
+
+
 def test_each_part_of_the_handover_is_a_column(tmp_path):
     """Issue 24 item 4: every part of the reports' times is in each phase's
     JSON (the list is openapi.yaml's TransitionTimes), the first phase apart
@@ -273,14 +300,18 @@ def test_each_part_of_the_handover_is_a_column(tmp_path):
     sleep_head = next(l for l in text.splitlines() if l.startswith("sleep parts (s)"))
     wake_head = next(l for l in text.splitlines() if l.startswith("wake parts (s)"))
     for name in ("sync", "setup", "checksum", "host prep", "pin", "copy", "release", "NCCL",
-                 "total"):
+                 "residue", "total"):
         assert name in sleep_head, name
-    for name in ("free", "map", "map wait", "copy", "verify", "NCCL", "rebuild", "total"):
+    for name in ("free", "residue", "map", "map wait", "copy", "verify", "NCCL", "rebuild",
+                 "total"):
         assert name in wake_head, name
-    assert wake_head.index("free") < wake_head.index("map")
+    # in the order they happen: a sleep checkpoints last, a wake restores first
+    assert sleep_head.index("copy") < sleep_head.index("residue") < sleep_head.index("total")
+    assert wake_head.index("free") < wake_head.index("residue") < wake_head.index("map")
     rows = [l for l in text.splitlines() if l.startswith("host-overlap1")
             and l.split()[1] in ("first", "median")]
     assert len(rows) == 4          # first and median, sleep and wake
     wake_median = rows[3].split()
     assert float(wake_median[-1]) == round(r["wake_s"], 4)
     assert float(wake_median[2]) == round(r["rollout_free_s"], 4)
+    assert float(wake_median[3]) == round(r["wake_parts"]["residue_s"], 4)
