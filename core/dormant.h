@@ -125,8 +125,10 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      chunk of an allocation (rounded up to the granularity)
  *   guard_timeout_ms   int    30000: how long a sleep waits for training steps
  *                      to leave the guard (negative: forever; 0: not at all)
- *   copy_threads       int    min(online CPUs, 16), at most 256
- *   staging_bytes      size   256MiB: pinned staging ring for unpinned copies
+ *   copy_threads       int    $DORMANT_COPY_THREADS  min(online CPUs, 16), at
+ *                      most 256
+ *   staging_bytes      size   $DORMANT_STAGING_BYTES  256MiB: pinned staging
+ *                      ring for unpinned copies
  *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
  *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
  *   pin_threads        int    $DORMANT_PIN_THREADS  1 (1 to 32): threads that

@@ -55,13 +55,15 @@ static const struct option_row options[] = {
 	},
 	{
 		.name = "copy_threads", .type = OPTION_INT, .offset = FIELD(copy_threads),
-		.default_doc = "min(online CPUs, 16)", .min = 1, .max = 256,
+		.default_doc = "min(online CPUs, 16)", .env = "DORMANT_COPY_THREADS", .min = 1,
+		.max = 256,
 		.doc = "host threads that fault in fresh host copies and do the host side of "
 		       "unpinned copies",
 	},
 	{
 		.name = "staging_bytes", .type = OPTION_SIZE, .offset = FIELD(staging_bytes),
-		.default_value = "256MiB", .min = ENGINE_STAGING_SLOTS * 2 * MiB,
+		.default_value = "256MiB", .env = "DORMANT_STAGING_BYTES",
+		.min = ENGINE_STAGING_SLOTS * 2 * MiB,
 		.doc = "pinned staging ring for host copies that stay unpinned (allocated "
 		       "only then)",
 	},

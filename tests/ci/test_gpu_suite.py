@@ -12,7 +12,7 @@ import re
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_calls(text):
+def meson_test_calls(text):
     """Each test(...) call of a meson.build, its parentheses balanced."""
     for m in re.finditer(r"(?m)^\s*test\(", text):
         depth, i = 0, m.end() - 1
@@ -30,7 +30,7 @@ def test_calls(text):
 def gpu_tests():
     found = []
     for build in sorted(REPO.glob("tests/**/meson.build")):
-        for call in test_calls(build.read_text()):
+        for call in meson_test_calls(build.read_text()):
             if re.search(r"suite:\s*'gpu'", call):
                 name = re.match(r"\s*test\('([^']+)'", call).group(1)
                 found.append((build.relative_to(REPO), name, call))
