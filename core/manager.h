@@ -19,8 +19,8 @@ int chunk_plan(struct alloc *a, struct chunk *c);
 /* -EBUSY with a message while the process's device state is checkpointed. */
 int manager_check_not_checkpointed(struct dormant *m);
 /* Log the line that says residue mode started its helper, if one is
- * waiting (residue_start_take()): a stats read's (a transition's end logs
- * its own with its line). Without m->lock. */
+ * waiting (residue_start_take()): after a stats read, and at a transition's
+ * end before its own line. Without m->lock. */
 void manager_log_residue_start(struct dormant *m);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
 bool guard_open(struct dormant *m);

@@ -741,13 +741,11 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 		m->transition_running = false;
 		warmup_transition_done(m);
 		pthread_mutex_unlock(&m->lock);
-		if (!t->settled)
-			rep->duration_s = now_monotonic_s() - t->start;
 	}
 	rep->result = r;
 	if (r < 0)
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
-	if (rep->duration_s == 0)
+	if (!t->settled) /* settle() timed one that settled */
 		rep->duration_s = now_monotonic_s() - t->start;
 
 	/* a restore or checkpoint that started the residue's helper says so */
