@@ -329,7 +329,7 @@ void residue_device_leave(struct residue *r)
 	pthread_rwlock_unlock(&r->device_access);
 }
 
-static struct residue_request request(struct residue *r, enum residue_op op, int fault);
+static struct residue_request request(struct residue *r, enum residue_op op);
 
 /* How long a read of free memory may take the helper. */
 #define FREE_TIMEOUT_S 10.0
@@ -342,11 +342,16 @@ static int free_last(struct residue *r, int device, uint64_t *ret_free, uint64_t
 	return *ret_total ? 0 : error_set(-EBUSY, "the residue helper is busy or not running");
 }
 
+bool residue_checkpointed(struct residue *r)
+{
+	return atomic_load(&r->checkpointed);
+}
+
 int residue_free_outside(struct residue *r, int device, bool start, uint64_t *ret_free,
 			 uint64_t *ret_total)
 {
 	struct backend *b = r->backend;
-	struct residue_request req = request(r, RESIDUE_OP_FREE, 0);
+	struct residue_request req = request(r, RESIDUE_OP_FREE);
 	struct residue_reply rep = { 0 };
 	int e;
 
@@ -413,15 +418,21 @@ static void record(struct residue *r, struct dormant_residue_step *step, const c
 	memcpy(step->error, r->last_error, sizeof(step->error));
 }
 
-static struct residue_request request(struct residue *r, enum residue_op op, int fault)
+/* A request for the helper. A checkpoint or a restore carries the fault the
+ * tests armed for it, for the helper to fail it with: its one check
+ * (backend_fault_check()), one call counted for each request built. */
+static struct residue_request request(struct residue *r, enum residue_op op)
 {
+	enum dormant_fault_op fault_op = op == RESIDUE_OP_CHECKPOINT ? DORMANT_FAULT_CHECKPOINT
+								     : DORMANT_FAULT_RESTORE;
+
 	return (struct residue_request){
 		.magic = RESIDUE_MAGIC,
 		.op = op,
 		.driver = strcmp(r->backend->ops->name, "cuda") == 0 ? RESIDUE_DRIVER_CUDA
 								     : RESIDUE_DRIVER_HOST,
 		.lock_timeout_ms = r->lock_timeout_ms,
-		.fault = fault,
+		.fault = op == RESIDUE_OP_FREE ? 0 : backend_fault_check(r->backend, fault_op),
 	};
 }
 
@@ -447,8 +458,7 @@ int residue_checkpoint(struct residue *r, int devices, struct dormant_residue_st
 	free_read(r, devices, before, known_before);
 	for (int d = 0; d < DORMANT_DEVICES_MAX; d++)
 		r->used[d] = d < devices && r->backend->ops->device_active(r->backend, d);
-	req = request(r, RESIDUE_OP_CHECKPOINT, backend_fault_check(r->backend,
-								    DORMANT_FAULT_CHECKPOINT));
+	req = request(r, RESIDUE_OP_CHECKPOINT);
 	/* from here no device call starts outside this thread */
 	freeze(r, true);
 	e = helper_call(r, &req, r->request_timeout_s, &rep);
@@ -531,7 +541,7 @@ int residue_restore(struct residue *r, int devices, const uint64_t need[DORMANT_
 		pthread_mutex_unlock(&r->lock);
 		return error_set(-ENOMEM, "%s", message);
 	}
-	req = request(r, RESIDUE_OP_RESTORE, backend_fault_check(r->backend, DORMANT_FAULT_RESTORE));
+	req = request(r, RESIDUE_OP_RESTORE);
 	e = helper_call(r, &req, r->request_timeout_s, &rep);
 	seconds = now_monotonic_s() - start;
 	if (e == 0 && rep.result == 0) {

@@ -83,10 +83,8 @@ void residue_finish(struct residue *r);
 int residue_free_outside(struct residue *r, int device, bool start, uint64_t *ret_free,
 			 uint64_t *ret_total);
 
-static inline bool residue_checkpointed(struct residue *r)
-{
-	return atomic_load(&r->checkpointed);
-}
+/* Whether the process is checkpointed now (any thread; lock-free). */
+bool residue_checkpointed(struct residue *r);
 
 /*
  * Checkpoint the process's device state now, with devices (the count the

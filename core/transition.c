@@ -20,8 +20,9 @@
  *
  * transition() reads as its steps: transition_start() under the lock, the
  * guard, transition_move() (the restore, the hooks, the engine's copies,
- * settle(), the after-hooks) and transition_end() (the checkpoint, the gate,
- * the warm-up, the report's last fields, the log). Everything it learned goes into the report,
+ * settle(), the after-hooks) and transition_end() (the checkpoint and the
+ * residue's part of the report, the gate, the warm-up, the report's last
+ * fields, the log). Everything it learned goes into the report,
  * the residue's part and the tags' states included. The modules below it
  * (residue, guard, engine) report; this file logs.
  *
@@ -633,43 +634,36 @@ static int transition_move(struct dormant *m, struct transition *t)
 		goto settle;
 	}
 
-	if (t->sleep) {
-		r = engine_sleep(&m->engine, t->items, t->item_count, &t->totals);
+	/* the engine moves the memory; then the transition's own steps */
+	r = t->sleep ? engine_sleep(&m->engine, t->items, t->item_count, &t->totals)
+		     : engine_wake(&m->engine, t->items, t->item_count, &t->totals);
+	if (t->sleep && r == 0) {
 		/* Everything that can fail on this rank alone is behind us: now
 		 * the collective part (communicators). If it fails the memory
 		 * stays asleep; settle() finds nothing mapped. */
-		if (r == 0) {
-			t->copies_done = true;
-			r = hooks_run(m, DORMANT_HOOK_AFTER_COPIES, &t->totals.times.comms_s);
-		} else if (!t->totals.rollback_failed) {
-			/* Rolled back after REBUILD memory was released (only a
-			 * failed unmap gets there): it came back zero-filled, so
-			 * rebuild it. */
-			char message[DORMANT_ERROR_MAX];
+		t->copies_done = true;
+		r = hooks_run(m, DORMANT_HOOK_AFTER_COPIES, &t->totals.times.comms_s);
+	} else if (t->sleep && !t->totals.rollback_failed) {
+		/* Rolled back after REBUILD memory was released (only a failed
+		 * unmap gets there): it came back zero-filled, so rebuild it. */
+		char message[DORMANT_ERROR_MAX];
 
-			snprintf(message, sizeof(message), "%s", dormant_last_error());
-			if (run_rebuilds(m, t) < 0)
-				snprintf(t->rebuild_error, sizeof(t->rebuild_error), "%s",
-					 dormant_last_error());
-			error_set(r, "%s", message);
-		}
-	} else {
-		r = engine_wake(&m->engine, t->items, t->item_count, &t->totals);
-		/* Every KEEP chunk of the wake is back: communicators first
-		 * (a rebuild may gather over them), then rebuild from them. */
+		snprintf(message, sizeof(message), "%s", dormant_last_error());
+		if (run_rebuilds(m, t) < 0)
+			snprintf(t->rebuild_error, sizeof(t->rebuild_error), "%s",
+				 dormant_last_error());
+		error_set(r, "%s", message);
+	} else if (!t->sleep && r == 0) {
+		/* Every KEEP chunk of the wake is back: communicators first (a
+		 * rebuild may gather over them), then rebuild from them. */
+		r = hooks_run(m, DORMANT_HOOK_BEFORE_REBUILD, &t->totals.times.comms_s);
 		if (r == 0) {
-			r = hooks_run(m, DORMANT_HOOK_BEFORE_REBUILD, &t->totals.times.comms_s);
-			if (r == 0) {
-				double rebuild = now_monotonic_s();
+			double rebuild = now_monotonic_s();
 
-				r = run_rebuilds(m, t);
-				t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
-			}
-			if (r < 0)
-				engine_wake_undo(&m->engine, t->items, t->item_count, &t->totals);
-			else
-				engine_copies_done(&m->engine, t->items, t->item_count);
+			r = run_rebuilds(m, t);
+			t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
 		}
+		engine_wake_end(&m->engine, t->items, t->item_count, &t->totals, r == 0);
 	}
 	if (r < 0)
 		error_prefix(r, "%s", kind(t));
@@ -701,13 +695,15 @@ settle:
 }
 
 /*
- * The end of every transition. One that took transition_running: a sleep
- * that succeeded checkpoints the residue where asked (last, once the hooks
- * no longer need the device; its time counts in the sleep's), the gate
- * opens and the warm-up may run again. Then the report's last fields (the
- * result, the residue's part, how many tags are awake and asleep) and, for
- * one that took transition_running, its log: the residue helper's start if
- * it started one, then one line that says how it went.
+ * The end of every transition. First the residue's part of the report: in
+ * one that took transition_running, a sleep that succeeded checkpoints the
+ * residue where asked (last, once the hooks no longer need the device; its
+ * time counts in the sleep's); then the residue's mode and state, and the
+ * helper's start line if a restore or checkpoint started one, all while it
+ * still holds transition_running. Then the gate opens and the warm-up may
+ * run again; the report's last fields (the result, how many tags are awake
+ * and asleep) and, for one that took transition_running, its log: the
+ * helper's start, then one line that says how it went.
  */
 static void transition_end(struct dormant *m, struct transition *t, int r)
 {
@@ -716,11 +712,16 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
 	char residue[DORMANT_ERROR_MAX + 64] = "";
+	char start_line[512];
+	bool started, start_warning = false;
 	int bucket = 0;
 
+	if (t->running && t->sleep && r == 0)
+		residue_after_sleep(m, rep);
+	residue_step_finish(&m->residue, &rep->residue);
+	started = t->running && residue_start_take(&m->residue, start_line, sizeof(start_line),
+						    &start_warning);
 	if (t->running) {
-		if (t->sleep && r == 0)
-			residue_after_sleep(m, rep);
 		pthread_mutex_lock(&m->lock);
 		if (t->settled) {
 			/* its whole time, a sleep's checkpoint included, into
@@ -746,11 +747,11 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
 	if (!t->settled) /* settle() timed one that settled */
 		rep->duration_s = now_monotonic_s() - t->start;
-	residue_step_finish(&m->residue, &rep->residue);
 
 	/* a restore or checkpoint that started the residue's helper says so */
-	if (t->running)
-		manager_log_residue_start(m);
+	if (started)
+		log_write(&m->log, start_warning ? DORMANT_LOG_WARNING : DORMANT_LOG_INFO, "%s",
+			  start_line);
 	/* nothing to sleep, nothing tried: nothing to say */
 	if (t->running && (t->settled || t->guard_failed || step->op[0])) {
 		/* a failed restore's message is the wake's own */

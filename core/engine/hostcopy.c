@@ -140,7 +140,10 @@ static void host_reclaim(struct engine *e, struct held_bytes *held, struct chunk
 	workers_submit(e->workers, reclaim_run, job);
 }
 
-void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c)
+/* A host copy no wake needs any more (the wake is done), as the host mode
+ * says: retain keeps it, release frees it on a worker, reclaimable unpins it
+ * on a worker (or keeps it pinned under reclaimable_pinned_bytes). */
+static void host_done(struct engine *e, struct held_bytes *held, struct chunk *c)
 {
 	if (!c->host.ptr || c->host.reclaimable)
 		return;
@@ -170,7 +173,7 @@ void engine_copies_done(struct engine *e, struct engine_item *items, size_t coun
 					      engine_item_keep(it) && c->host_valid &&
 					      c->sum_valid && c->host.ptr;
 			c->host_valid = false;
-			engine_host_done(e, it->owner.held, c);
+			host_done(e, it->owner.held, c);
 			/* a disk copy is never kept: its file goes, retain mode or not */
 			engine_disk_release(it->owner.held, c);
 		}

@@ -21,18 +21,16 @@ bool engine_pinned_awake_reserve(struct engine *e, size_t size);
 /* Give a host copy back; unmapping gigabytes takes a while, so it happens on
  * a worker thread and the host bytes fall when it is done. */
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c);
-/* A host copy no wake needs any more (the wake is done), as the host mode
- * says: retain keeps it, release frees it on a worker, reclaimable unpins it
- * on a worker (or keeps it pinned under reclaimable_pinned_bytes). */
-void engine_host_done(struct engine *e, struct held_bytes *held, struct chunk *c);
 /* The copies of items that no wake needs any more, once the data is on the
- * device: each chunk's host copy as engine_host_done() says and its disk
- * copy removed. That is every item's chunk on the device now: first those
- * a wake (or a sleep's rollback) mapped (mapped_here), whose retained host
- * copy (retain mode, its hash known) now holds what the device has; then,
- * after a sleep rolled back, those that never left the device. One call,
- * each chunk once: the wake's commit, and the end of a rollback whatever
- * came back. */
+ * device: each chunk's host copy as the host mode says (retain keeps it,
+ * release frees it on a worker, reclaimable unpins it on a worker or keeps
+ * it pinned under reclaimable_pinned_bytes) and its disk copy removed. That
+ * is every item's chunk on the device now: first those a wake (or a sleep's
+ * rollback) mapped (mapped_here), whose retained host copy (retain mode,
+ * its hash known) now holds what the device has; then, after a sleep rolled
+ * back, those that never left the device. One call, each chunk once: the
+ * wake's commit, and the end of a rollback whatever came back
+ * (engine_wake_end()). */
 void engine_copies_done(struct engine *e, struct engine_item *items, size_t count);
 
 #endif

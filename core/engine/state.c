@@ -105,24 +105,6 @@ int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
 	return 0;
 }
 
-void engine_wake_undo(struct engine *e, struct engine_item *items, size_t count,
-		      struct engine_totals *t)
-{
-	for (size_t i = 0; i < count; i++) {
-		struct engine_item *it = &items[i];
-
-		if (!it->mapped_here)
-			continue;
-		it->mapped_here = false;
-		if (engine_chunk_release(e, &it->owner, it->chunk, t) < 0) {
-			engine_warn(t, "undoing a wake: %s", dormant_last_error());
-			continue;
-		}
-		it->change->bytes_mapped -= it->chunk->size;
-		t->mapped -= it->chunk->size;
-	}
-}
-
 void engine_host_settle(struct engine *e, struct hostbuf *hb)
 {
 	struct reclaim_job *job = hb->reclaim;

@@ -166,11 +166,6 @@ int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct c
  * counted in t and their tags' changes; stops at the first that fails. */
 int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
 			  struct engine_item *items, size_t count, struct engine_totals *t);
-/* Give back what a wake mapped (the items' mapped_here): after a failed
- * wake, or a rebuild callback that failed (the host copies stay intact for
- * a retry). A chunk that cannot be unmapped is told in t. */
-void engine_wake_undo(struct engine *e, struct engine_item *items, size_t count,
-		      struct engine_totals *t);
 /* Host mode reclaimable: wait until hb's unpin is done, if one was queued
  * (hostcopy.c), and forget it: whoever touches a reclaimable buffer (reuses,
  * frees) calls this first. Any thread; not from a worker job. */

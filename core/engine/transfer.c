@@ -592,8 +592,8 @@ int engine_sleep(struct engine *e, struct engine_item *items, size_t count, stru
 	engine_warnings_add(t, &undo);
 	/* What came back is the wake's (wake_items() gave back what it
 	 * mapped if it failed); copies made for chunks that never left the
-	 * device are not needed. */
-	engine_copies_done(e, items, count);
+	 * device are not needed: it ends as a wake that is done. */
+	engine_wake_end(e, items, count, t, true);
 	if (rr < 0)
 		return error_set(r, "%s; rollback failed, the data stays on the host: %s", message,
 				 rollback);
@@ -817,6 +817,29 @@ static int wake_device(struct engine *e, int d, struct engine_item *items, size_
 	return 0;
 }
 
+void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
+		     struct engine_totals *t, bool done)
+{
+	if (done) {
+		engine_copies_done(e, items, count);
+		return;
+	}
+	/* what it mapped goes back (mapped_here); the host copies stay */
+	for (size_t i = 0; i < count; i++) {
+		struct engine_item *it = &items[i];
+
+		if (!it->mapped_here)
+			continue;
+		it->mapped_here = false;
+		if (engine_chunk_release(e, &it->owner, it->chunk, t) < 0) {
+			engine_warn(t, "undoing a wake: %s", dormant_last_error());
+			continue;
+		}
+		it->change->bytes_mapped -= it->chunk->size;
+		t->mapped -= it->chunk->size;
+	}
+}
+
 /* Every device at once; on failure, what any of them mapped is given back. */
 static int wake_items(struct engine *e, struct engine_item *items, size_t count,
 		      struct engine_totals *t)
@@ -827,7 +850,7 @@ static int wake_items(struct engine *e, struct engine_item *items, size_t count,
 		items[i].mapped_here = false;
 	r = devices_run(e, items, count, wake_device, t);
 	if (r < 0)
-		engine_wake_undo(e, items, count, t);
+		engine_wake_end(e, items, count, t, false);
 	return r;
 }
 

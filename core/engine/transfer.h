@@ -12,12 +12,14 @@
  *  - mapper.c:   device memory of a wake: created and mapped ahead;
  *  - checksum.c: the chunks' checksums (verify.h);
  *  - hostcopy.c: host copies once their wake is done, as the host mode says,
- *                a wake's commit and a rollback's end (engine_copies_done());
+ *                a wake's commit and a rollback's end (engine_copies_done(),
+ *                which engine_wake_end() calls);
  *  - state.c:    at the bottom, the engine's state, the accounting, timing
  *                and warnings the others report into, and a chunk's pieces
- *                given back: a wake's undo (engine_wake_undo()) and a
- *                chunk's end (engine_chunk_drop()) (state.h);
- *  - transfer.c: on top, this interface: sleep (and its rollback), wake.
+ *                given back: its device memory (engine_chunk_release()) and
+ *                a chunk's end (engine_chunk_drop()) (state.h);
+ *  - transfer.c: on top, this interface: sleep (and its rollback), wake (and
+ *                its end, commit or undo, engine_wake_end()).
  * The engine logs nothing (but three debug traces of reclaimable unpins): what
  * went wrong without failing a transition is counted in its totals, the
  * first warning's text kept (engine_warn()), for the manager to log.
@@ -77,11 +79,17 @@ int engine_sleep(struct engine *e, struct engine_item *items, size_t count,
 		 struct engine_totals *t);
 /* items: every unmapped chunk of the tags waking. Maps, zero-fills and
  * restores them all; on failure gives back what it mapped. The host copies
- * stay until engine_copies_done() (the wake is done) or engine_wake_undo()
- * (a rebuild callback failed: give back what engine_wake() mapped, the host
- * copies intact for a retry). */
+ * stay until engine_wake_end() says how the wake ended. */
 int engine_wake(struct engine *e, struct engine_item *items, size_t count, struct engine_totals *t);
-/* (engine_copies_done() is hostcopy.h's, engine_wake_undo() state.h's.) */
+/* Every wake's end, the manager's and the engine's own. Done (its copies
+ * and the manager's rebuilds succeeded): the host and disk copies that no
+ * wake needs any more go as the host mode says (engine_copies_done(),
+ * hostcopy.h). Not done (its copies failed, or a rebuild callback after
+ * them): what it mapped (the items' mapped_here) is given back, the host
+ * copies intact for a retry; a chunk that cannot be unmapped is told in t.
+ * A sleep's rollback ends as a wake that is done, whatever came back. */
+void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
+		     struct engine_totals *t, bool done);
 
 /* Set device d up for transitions, once (a transition's first step, or
  * ahead of it: the warm-up): its streams and events, the backend's checksum
