@@ -130,6 +130,9 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   staging_bytes      size   $DORMANT_STAGING_BYTES  256MiB: pinned staging
  *                      ring for unpinned copies
  *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
+ *   pin_host_bytes     size   $DORMANT_PIN_HOST_BYTES  0: with pin_host
+ *                      false, host copies of up to this many bytes pinned
+ *                      anyway, spread through each sleep's copies
  *   pin_piece_bytes    size   $DORMANT_PIN_PIECE_BYTES  256MiB
  *   pin_threads        int    $DORMANT_PIN_THREADS  1 (1 to 32): threads that
  *                      pin the pieces of one host copy at once in the

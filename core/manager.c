@@ -212,6 +212,7 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	/* Devices are driven at once; parallel_devices=false drives them one
 	 * after another (to measure what the parallel transition gains). */
 	m->engine.serial_devices = !o.parallel_devices;
+	m->engine.pin_host_bytes = o.pin_host_bytes;
 	/* host copies' pieces pinned at once, on this many threads */
 	m->engine.pin_threads = (unsigned)o.pin_threads;
 	/* reclaimable mode: host copies kept pinned while awake, at most */

@@ -77,6 +77,13 @@ static const struct option_row options[] = {
 		       "registered host byte)",
 	},
 	{
+		.name = "pin_host_bytes", .type = OPTION_SIZE, .offset = FIELD(pin_host_bytes),
+		.default_value = "0", .env = "DORMANT_PIN_HOST_BYTES",
+		.doc = "with pin_host false: host copies of up to this many bytes are pinned "
+		       "anyway, spread through each sleep's copies, so that a wake's copy "
+		       "engines take those while the CPU stages the others (0: none)",
+	},
+	{
 		.name = "pin_piece_bytes", .type = OPTION_SIZE, .offset = FIELD(pin_piece_bytes),
 		.default_value = "256MiB", .env = "DORMANT_PIN_PIECE_BYTES", .min = 4096,
 		.multiple = 4096,

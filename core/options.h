@@ -22,6 +22,7 @@ struct dormant_options {
 	int copy_threads; /* 0 after options_resolve(): min(online CPUs, 16) */
 	size_t staging_bytes;
 	bool pin_host;
+	size_t pin_host_bytes;
 	size_t pin_piece_bytes;
 	int pin_threads;
 	size_t reclaimable_pinned_bytes;

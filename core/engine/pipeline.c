@@ -432,7 +432,7 @@ static int issue_runs(struct pipeline *p, struct engine_item *it, struct pin_ahe
 	return 0;
 }
 
-int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it)
+int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it, bool pin)
 {
 	struct engine *e = p->e;
 	struct chunk *c = it->chunk;
@@ -441,8 +441,7 @@ int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it)
 	bool tail;
 	int r;
 
-	if (p->to_host && e->pin_host && !engine_item_disk(it) && !c->host.pin_piece &&
-	    c->host.ptr) {
+	if (p->to_host && pin && !engine_item_disk(it) && !c->host.pin_piece && c->host.ptr) {
 		pa = (struct pin_ahead){ .hb = &c->host, .piece = e->pin_piece };
 		c->host.pin_piece = e->pin_piece; /* its copies split at the pieces */
 	}

@@ -41,8 +41,9 @@ struct pipeline {
 };
 
 /* Queue the runs of an item's plan (its staging ring must be ready when its
- * host copy is not pinned). */
-int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it);
+ * host copy is not pinned). pin: a sleep registers the host copy piece by
+ * piece just ahead of its copies (a wake passes false). */
+int pipeline_issue_chunk(struct pipeline *p, struct engine_item *it, bool pin);
 /* The event recorded after the last piece queued (NULL: none in flight). */
 void *pipeline_last_event(const struct pipeline *p);
 /* Wait for everything in flight, finishing each piece. */

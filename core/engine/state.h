@@ -49,6 +49,14 @@ struct engine {
 	size_t pin_piece; /* pinned host buffers are registered in pieces this big */
 	unsigned pin_threads; /* threads registering one buffer's pieces at once */
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
+	/* pin_host false: host copies of up to pin_host_bytes are pinned anyway,
+	 * spread through each sleep's copies (a wake's copy engines take those
+	 * while the CPU fills the ring for the others); pin_ratio, pin_left:
+	 * this sleep's share of its unpinned copies, and the bytes it may still
+	 * pin, set by engine_sleep() */
+	size_t pin_host_bytes;
+	double pin_ratio;
+	_Atomic uint64_t pin_left;
 	bool serial_devices; /* DORMANT_PARALLEL_DEVICES=0: one device after another */
 	atomic_bool devices_stop; /* a device failed: the others stop early */
 	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */

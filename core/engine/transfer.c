@@ -456,11 +456,63 @@ static void times_since(struct engine *e, const struct time_marks *m, struct eng
 
 /* ---- sleep --------------------------------------------------------------- */
 
+/* pin_host false with pin_host_bytes: what a sleep may pin (the host copies
+ * pinned already, as a retained copy stays, count against it) and its share
+ * of the unpinned host copies the sleep makes. */
+static void pin_share(struct engine *e, const struct engine_item *items, size_t count)
+{
+	uint64_t pinned = 0, unpinned = 0;
+
+	atomic_store(&e->pin_left, 0);
+	e->pin_ratio = 0;
+	if (e->pin_host || !e->pin_host_bytes)
+		return;
+	for (size_t i = 0; i < count; i++) {
+		const struct chunk *c = items[i].chunk;
+
+		if (!engine_item_keep(&items[i]) || engine_item_disk(&items[i]) || !c->mapped ||
+		    !c->plan.kept)
+			continue;
+		if (c->host.pin_piece)
+			pinned += c->host.size;
+		else
+			unpinned += c->plan.kept;
+	}
+	if (pinned >= e->pin_host_bytes || !unpinned)
+		return;
+	atomic_store(&e->pin_left, e->pin_host_bytes - pinned);
+	e->pin_ratio = MIN(1.0, (double)(e->pin_host_bytes - pinned) / (double)unpinned);
+}
+
+/* Whether a sleep pins this chunk's host copy. Under pin_host_bytes: the
+ * chunks it pins follow each other at the share's pace through the
+ * device's copies (the first pinned), so that a wake, which copies in the
+ * same order, has pinned pieces for the copy engines between the ones the
+ * CPU stages; never more than what is left of the bytes. */
+static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, uint64_t *pinned)
+{
+	uint64_t left, want = c->host.size;
+	bool pin = false;
+
+	if (e->pin_host || c->host.pin_piece)
+		return e->pin_host;
+	if (e->pin_ratio > 0 && (double)*pinned <= e->pin_ratio * (double)*seen) {
+		left = atomic_load(&e->pin_left);
+		while (!pin && left >= want)
+			pin = atomic_compare_exchange_weak(&e->pin_left, &left, left - want);
+	}
+	*seen += c->plan.kept;
+	if (pin)
+		*pinned += c->plan.kept;
+	return pin;
+}
+
 static int sleep_device(struct engine *e, int d, struct engine_item *items, size_t count,
 			struct engine_totals *t)
 {
 	struct pipeline p = { .e = e, .device = d, .ed = &e->devices[d], .to_host = true,
 			      .totals = t };
+	uint64_t seen = 0, pinned = 0;
 	bool discards_done = false;
 	struct prep prep;
 	double start, wait;
@@ -493,6 +545,7 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 	for (size_t i = 0; i < count; i++) {
 		struct engine_item *it = &items[i];
 		struct chunk *c = it->chunk;
+		bool pin = false;
 
 		if (it->owner.device != d || !engine_item_keep(it) || !c->mapped)
 			continue;
@@ -523,13 +576,15 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 			wait = now_monotonic_s();
 			r = prep_wait(&prep, it);
 			t->times.host_wait_s += now_monotonic_s() - wait;
-			/* where the engine pins, the pipeline registers it */
-			if (r == 0 && !c->host.pin_piece && !e->pin_host)
+			/* what the sleep pins, the pipeline registers */
+			if (r == 0)
+				pin = pin_chunk(e, c, &seen, &pinned);
+			if (r == 0 && !c->host.pin_piece && !pin)
 				r = staging_ready(e, d);
 		}
 		if (r < 0)
 			goto err;
-		r = pipeline_issue_chunk(&p, it);
+		r = pipeline_issue_chunk(&p, it, pin);
 		if (r < 0)
 			goto err;
 		/* The first copies are queued: release DISCARD memory while
@@ -571,6 +626,7 @@ int engine_sleep(struct engine *e, struct engine_item *items, size_t count, stru
 
 	memset(t, 0, sizeof(*t));
 	times_mark(e, &marks);
+	pin_share(e, items, count);
 	r = devices_run(e, items, count, sleep_device, t);
 	/* REBUILD memory goes last, once every copy is done: a sleep that
 	 * fails before rolls back with it intact, and nothing is lost. */
@@ -665,7 +721,7 @@ static int restore_device(struct engine *e, int d, struct engine_item *items, si
 				if (r < 0)
 					goto err;
 			}
-			r = pipeline_issue_chunk(&p, it);
+			r = pipeline_issue_chunk(&p, it, false);
 			if (r == 0)
 				r = checksum_wake_chunk(vw, it, pipeline_last_event(&p));
 			if (r < 0)

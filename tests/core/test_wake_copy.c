@@ -289,6 +289,76 @@ Test(wake_copy, unpinned_copies_stay_on_the_engines, .init = unpinned)
 	dormant_destroy(m);
 }
 
+/* pin_host false with pin_host_bytes: a sleep pins that many bytes of host
+ * copies anyway, and a wake copies those straight from them (the simulated
+ * kernel reads only pinned memory) and stages the rest. Six tags of one
+ * 4 MiB chunk each, 8 MiB to pin: a third of them, the first and the fourth,
+ * so that pinned pieces come between the staged ones. Each tag wakes alone,
+ * and its report says how its chunk came back. */
+Test(wake_copy, pin_host_bytes_pins_a_spread_share, .init = unpinned)
+{
+	struct dormant *m = manager_from("host_mode=release,chunk_bytes=4MiB,staging_bytes=8MiB,"
+					 "copy_threads=2,wake_copy=kernel,pin_host_bytes=8MiB");
+	static const uint64_t pinned_mib[] = { 4, 0, 0, 4, 0, 0 };
+	char names[6][8];
+	void *p[6];
+
+	for (int i = 0; i < 6; i++) {
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		p[i] = alloc_tag(m, names[i], 4 * MiB);
+		fill(m, p[i], 4 * MiB, 40 + (uint64_t)i);
+	}
+	for (int cycle = 0; cycle < 2; cycle++) {
+		cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+		for (int i = 0; i < 6; i++) {
+			const char *one[] = { names[i], NULL };
+			struct dormant_report rep;
+
+			cr_assert_eq(dormant_wake(m, one, &rep), 0, "%s", rep.error);
+			cr_expect_eq(rep.wake_copy.bytes_kernel, pinned_mib[i] * MiB,
+				     "cycle %d, tag %s: %llu bytes came from a pinned copy", cycle,
+				     names[i], (unsigned long long)rep.wake_copy.bytes_kernel);
+			cr_expect_eq(rep.wake_copy.bytes_engine + rep.wake_copy.bytes_kernel,
+				     rep.bytes_copied);
+			cr_expect(holds(m, p[i], 4 * MiB, 40 + (uint64_t)i), "tag %s", names[i]);
+		}
+	}
+	dormant_destroy(m);
+}
+
+/* What is pinned already counts against pin_host_bytes: in retain mode a
+ * copy pinned by one sleep stays pinned, and the next sleeps pin no more;
+ * with pin_host true every copy is pinned whatever it says. */
+Test(wake_copy, pin_host_bytes_counts_what_stays_pinned, .init = unpinned)
+{
+	struct dormant *m = manager_from("host_mode=retain,chunk_bytes=4MiB,staging_bytes=8MiB,"
+					 "copy_threads=2,wake_copy=kernel,pin_host_bytes=6MiB");
+	struct dormant_report rep;
+	void *w = alloc_tag(m, "weights", 16 * MiB);
+
+	for (int cycle = 0; cycle < 3; cycle++) {
+		fill(m, w, 16 * MiB, 60 + (uint64_t)cycle);
+		cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+		cr_assert_eq(dormant_wake(m, NULL, &rep), 0, "%s", rep.error);
+		cr_expect(holds(m, w, 16 * MiB, 60 + (uint64_t)cycle));
+		/* one 4 MiB copy fits in 6 MiB, and stays the only one */
+		cr_expect_eq(rep.wake_copy.bytes_kernel, 4 * MiB, "cycle %d: %llu bytes pinned",
+			     cycle, (unsigned long long)rep.wake_copy.bytes_kernel);
+	}
+	dormant_destroy(m);
+
+	unsetenv("DORMANT_PIN_HOST");
+	m = manager_from("host_mode=release,chunk_bytes=4MiB,copy_threads=2,wake_copy=kernel,"
+			 "pin_host_bytes=4MiB");
+	w = alloc_tag(m, "weights", 16 * MiB);
+	fill(m, w, 16 * MiB, 70);
+	cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+	cr_assert_eq(dormant_wake(m, NULL, &rep), 0, "%s", rep.error);
+	cr_expect(holds(m, w, 16 * MiB, 70));
+	cr_expect_eq(rep.wake_copy.bytes_kernel, 16 * MiB, "pin_host=true pins them all");
+	dormant_destroy(m);
+}
+
 /* Every copy of a wake through the kernel fails in turn: the wake fails,
  * the tag stays asleep with its host copy, the retry restores every byte. */
 Test(wake_copy, failed_kernel_copy_keeps_the_host_copy, .init = pin_pieces_small)
