@@ -359,6 +359,37 @@ Test(wake_copy, pin_host_bytes_counts_what_stays_pinned, .init = unpinned)
 	dormant_destroy(m);
 }
 
+/* Devices sleep at once and share pin_host_bytes: 6 MiB over two devices'
+ * 4 MiB chunks pins one chunk, on whichever device comes first, never one
+ * on each (8 MiB). */
+Test(wake_copy, pin_host_bytes_is_shared_by_the_devices, .init = unpinned)
+{
+	struct dormant *m = manager_from("host_devices=2,host_mode=release,chunk_bytes=4MiB,"
+					 "staging_bytes=8MiB,copy_threads=2,wake_copy=kernel,"
+					 "pin_host_bytes=6MiB");
+	struct dormant_report rep;
+	void *w[2];
+
+	if (dormant_device_count(m) < 2) {
+		dormant_destroy(m);
+		cr_skip_test("one device only");
+	}
+	for (int d = 0; d < 2; d++) {
+		cr_assert_eq(dormant_alloc_on(m, "weights", 12 * MiB, d, &w[d]), 0, "%s",
+			     dormant_last_error());
+		fill(m, w[d], 12 * MiB, 80 + (uint64_t)d);
+	}
+	for (int cycle = 0; cycle < 3; cycle++) {
+		cr_assert_eq(dormant_sleep(m, NULL, &rep), 0, "%s", rep.error);
+		cr_assert_eq(dormant_wake(m, NULL, &rep), 0, "%s", rep.error);
+		cr_expect_eq(rep.wake_copy.bytes_kernel, 4 * MiB, "cycle %d: %llu bytes pinned",
+			     cycle, (unsigned long long)rep.wake_copy.bytes_kernel);
+		for (int d = 0; d < 2; d++)
+			cr_expect(holds(m, w[d], 12 * MiB, 80 + (uint64_t)d), "device %d", d);
+	}
+	dormant_destroy(m);
+}
+
 /* Every copy of a wake through the kernel fails in turn: the wake fails,
  * the tag stays asleep with its host copy, the retry restores every byte. */
 Test(wake_copy, failed_kernel_copy_keeps_the_host_copy, .init = pin_pieces_small)
