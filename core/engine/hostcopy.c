@@ -24,13 +24,7 @@ static void deferred_free_run(void *arg)
 
 bool engine_pinned_awake_reserve(struct engine *e, size_t size)
 {
-	uint64_t held = atomic_load(&e->reclaim_pinned);
-
-	do {
-		if (held + size > e->reclaim_pinned_max)
-			return false;
-	} while (!atomic_compare_exchange_weak(&e->reclaim_pinned, &held, held + size));
-	return true;
+	return engine_reserve(&e->reclaim_pinned, size, e->reclaim_pinned_max);
 }
 
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c)

@@ -51,12 +51,13 @@ struct engine {
 	bool pin_host;    /* pin host copies; else copy them through the staging ring */
 	/* pin_host false: host copies of up to pin_host_bytes are pinned anyway,
 	 * spread through each sleep's copies (a wake's copy engines take those
-	 * while the CPU fills the ring for the others); pin_ratio, pin_left:
-	 * this sleep's share of its unpinned copies, and the bytes it may still
-	 * pin, set by engine_sleep() */
+	 * while the CPU fills the ring for the others); pin_ratio, pin_max:
+	 * this sleep's share of its unpinned copies and the bytes it may pin,
+	 * set by engine_sleep(); pin_taken: the bytes it pinned so far */
 	size_t pin_host_bytes;
 	double pin_ratio;
-	_Atomic uint64_t pin_left;
+	uint64_t pin_max;
+	_Atomic uint64_t pin_taken;
 	bool serial_devices; /* DORMANT_PARALLEL_DEVICES=0: one device after another */
 	atomic_bool devices_stop; /* a device failed: the others stop early */
 	_Atomic bool verify;          /* hash at sleep, compare after wake (verify.h) */
@@ -141,6 +142,18 @@ static inline bool engine_item_keep(const struct engine_item *it)
 static inline bool engine_item_disk(const struct engine_item *it)
 {
 	return it->policy == DORMANT_DISK;
+}
+/* Add size to *held unless that would take it past max, from any thread:
+ * true when added (the budgets of pinned host copies). */
+static inline bool engine_reserve(_Atomic uint64_t *held, uint64_t size, uint64_t max)
+{
+	uint64_t now = atomic_load(held);
+
+	do {
+		if (now + size > max)
+			return false;
+	} while (!atomic_compare_exchange_weak(held, &now, now + size));
+	return true;
 }
 /* Tell the manager something that went wrong without failing the
  * transition: counted in t, the first one's text kept. */

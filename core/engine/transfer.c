@@ -463,7 +463,8 @@ static void pin_share(struct engine *e, const struct engine_item *items, size_t 
 {
 	uint64_t pinned = 0, unpinned = 0;
 
-	atomic_store(&e->pin_left, 0);
+	atomic_store(&e->pin_taken, 0);
+	e->pin_max = 0;
 	e->pin_ratio = 0;
 	if (e->pin_host || !e->pin_host_bytes)
 		return;
@@ -480,7 +481,7 @@ static void pin_share(struct engine *e, const struct engine_item *items, size_t 
 	}
 	if (pinned >= e->pin_host_bytes || !unpinned)
 		return;
-	atomic_store(&e->pin_left, e->pin_host_bytes - pinned);
+	e->pin_max = e->pin_host_bytes - pinned;
 	e->pin_ratio = MIN(1.0, (double)(e->pin_host_bytes - pinned) / (double)unpinned);
 }
 
@@ -491,16 +492,12 @@ static void pin_share(struct engine *e, const struct engine_item *items, size_t 
  * CPU stages; never more than what is left of the bytes. */
 static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, uint64_t *pinned)
 {
-	uint64_t left, want = c->host.size;
-	bool pin = false;
+	bool pin;
 
 	if (e->pin_host || c->host.pin_piece)
 		return e->pin_host;
-	if (e->pin_ratio > 0 && (double)*pinned <= e->pin_ratio * (double)*seen) {
-		left = atomic_load(&e->pin_left);
-		while (!pin && left >= want)
-			pin = atomic_compare_exchange_weak(&e->pin_left, &left, left - want);
-	}
+	pin = e->pin_ratio > 0 && (double)*pinned <= e->pin_ratio * (double)*seen &&
+	      engine_reserve(&e->pin_taken, c->host.size, e->pin_max);
 	*seen += c->plan.kept;
 	if (pin)
 		*pinned += c->plan.kept;
