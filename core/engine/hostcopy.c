@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Host copies once their wake is done (hostcopy.h). */
+/* Host copies once their wake is done, and the budgets of those kept pinned
+ * (hostcopy.h). */
 #include "hostcopy.h"
 
 #include <stdio.h>
@@ -22,9 +23,27 @@ static void deferred_free_run(void *arg)
 	free(job);
 }
 
+/* Add size to *held unless that would take it past max, from any thread:
+ * true when added. */
+static bool reserve(_Atomic uint64_t *held, uint64_t size, uint64_t max)
+{
+	uint64_t now = atomic_load(held);
+
+	do {
+		if (now + size > max)
+			return false;
+	} while (!atomic_compare_exchange_weak(held, &now, now + size));
+	return true;
+}
+
 bool engine_pinned_awake_reserve(struct engine *e, size_t size)
 {
-	return engine_reserve(&e->reclaim_pinned, size, e->reclaim_pinned_max);
+	return reserve(&e->reclaim_pinned, size, e->reclaim_pinned_max);
+}
+
+bool engine_sleep_pin_reserve(struct engine *e, size_t size)
+{
+	return reserve(&e->pin_taken, size, e->pin_max);
 }
 
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c)

@@ -18,6 +18,11 @@ void engine_reclaims_wait(struct engine *e);
  * pinned while awake under reclaim_pinned_max; false when there is none
  * (engine_pinned_awake_unreserve(), state.h, gives it back). */
 bool engine_pinned_awake_reserve(struct engine *e, size_t size);
+/* pin_host false with pin_host_bytes: take room for size bytes of a
+ * sleep's host copy pinned under pin_max (what is left of pin_host_bytes);
+ * false when there is none. One budget for the devices that sleep at once;
+ * the next sleep starts it again. */
+bool engine_sleep_pin_reserve(struct engine *e, size_t size);
 /* Give a host copy back; unmapping gigabytes takes a while, so it happens on
  * a worker thread and the host bytes fall when it is done. */
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c);

@@ -143,18 +143,6 @@ static inline bool engine_item_disk(const struct engine_item *it)
 {
 	return it->policy == DORMANT_DISK;
 }
-/* Add size to *held unless that would take it past max, from any thread:
- * true when added (the budgets of pinned host copies). */
-static inline bool engine_reserve(_Atomic uint64_t *held, uint64_t size, uint64_t max)
-{
-	uint64_t now = atomic_load(held);
-
-	do {
-		if (now + size > max)
-			return false;
-	} while (!atomic_compare_exchange_weak(held, &now, now + size));
-	return true;
-}
 /* Tell the manager something that went wrong without failing the
  * transition: counted in t, the first one's text kept. */
 void engine_warn(struct engine_totals *t, const char *fmt, ...) PRINTF_LIKE(2, 3);

@@ -497,7 +497,7 @@ static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, u
 	if (e->pin_host || c->host.pin_piece)
 		return e->pin_host;
 	pin = e->pin_ratio > 0 && (double)*pinned <= e->pin_ratio * (double)*seen &&
-	      engine_reserve(&e->pin_taken, c->host.size, e->pin_max);
+	      engine_sleep_pin_reserve(e, c->host.size);
 	*seen += c->plan.kept;
 	if (pin)
 		*pinned += c->plan.kept;
