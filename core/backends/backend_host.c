@@ -26,6 +26,11 @@
  * last repeating: a scrub that ends) and its copy kernel instead of the time
  * they measured (wakecopy.h), so tests drive wake_copy=auto's choice.
  *
+ * DORMANT_HOST_PIN_RESIDENT=1, a test tool: pinning memory that has pages
+ * never touched fails with -EFAULT (mincore() says which are resident). The
+ * driver registers untouched memory about five times slower, so whatever
+ * dormant pins it faults in first; the tests hold it to that.
+ *
  * DORMANT_HOST_RENDEZVOUS=to_host:MS (or to_device:MS), a test tool too: the
  * first copy in that direction on each simulated device waits, up to MS
  * milliseconds, until every simulated device has issued one, and fails with
@@ -164,6 +169,10 @@ struct host_backend {
 	 * later one), as a driver out of pinnable memory would */
 	uint64_t pin_calls, pin_fail_at; /* under pin_lock; 0: none fails */
 	bool pin_fail_repeat;
+	/* tests: DORMANT_HOST_PIN_RESIDENT=1 refuses to pin memory with pages
+	 * never touched (not resident): the driver registers those about five
+	 * times slower, so dormant faults in what it will pin */
+	bool pin_resident;
 	struct rendezvous rendezvous;
 	struct host_hash *hashes; /* waiting for their events, under lock */
 	struct host_spares spares;
@@ -602,6 +611,35 @@ static int host_mem_unmap(struct backend *b, int device, uintptr_t va, size_t si
 	return 0;
 }
 
+/* DORMANT_HOST_PIN_RESIDENT: 0 when every page of [ptr, ptr + size) is
+ * resident, else -EFAULT, the error set. */
+static int pin_resident_check(void *ptr, size_t size)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)ptr / (uintptr_t)page * (uintptr_t)page;
+	size_t pages = ((uintptr_t)ptr + size - start + (size_t)page - 1) / (size_t)page;
+	unsigned char *resident = malloc(MAX(pages, (size_t)1));
+	size_t missing = 0;
+
+	if (!resident)
+		return error_set(-ENOMEM, "out of host memory");
+	if (mincore((void *)start, pages * (size_t)page, resident) < 0) {
+		int e = errno;
+
+		free(resident);
+		return error_set(-e, "pinning %zu bytes at %p: mincore: %s", size, ptr,
+				 strerror(e));
+	}
+	for (size_t i = 0; i < pages; i++)
+		missing += !(resident[i] & 1);
+	free(resident);
+	if (missing)
+		return error_set(-EFAULT, "pinning %zu bytes at %p: %zu of its %zu pages were "
+					  "never touched (DORMANT_HOST_PIN_RESIDENT)",
+				 size, ptr, missing, pages);
+	return 0;
+}
+
 static int host_host_pin(struct backend *b, void *ptr, size_t size)
 {
 	struct host_backend *h = host(b);
@@ -615,6 +653,8 @@ static int host_host_pin(struct backend *b, void *ptr, size_t size)
 		r = error_set(-ENOMEM, "pinning %zu bytes: pin call %llu fails "
 				       "(DORMANT_HOST_PIN_FAIL)",
 			      size, (unsigned long long)h->pin_calls);
+	if (r == 0 && h->pin_resident)
+		r = pin_resident_check(ptr, size);
 	/* cuMemHostRegister refuses memory registered already */
 	for (size_t i = 0; i < h->pinned_count && r == 0; i++)
 		if (start < h->pinned[i].end && start + size > h->pinned[i].start)
@@ -1258,6 +1298,7 @@ int backend_host_new(const struct backend_config *config, struct backend **ret)
 	h->defer = (env = getenv("DORMANT_HOST_DEFER_STREAMS")) && strcmp(env, "1") == 0;
 	h->no_kernel = (env = getenv("DORMANT_HOST_CHECKSUM")) && strcmp(env, "0") == 0;
 	h->no_copy_kernel = (env = getenv("DORMANT_HOST_COPY_KERNEL")) && strcmp(env, "0") == 0;
+	h->pin_resident = (env = getenv("DORMANT_HOST_PIN_RESIDENT")) && strcmp(env, "1") == 0;
 	h->hash_threads = (unsigned)MAX(1L, MIN(sysconf(_SC_NPROCESSORS_ONLN),
 						(long)HOST_HASH_THREADS_MAX));
 	pthread_mutex_init(&h->lock, NULL);

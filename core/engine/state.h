@@ -106,6 +106,7 @@ struct engine_item {
 	enum dormant_policy policy; /* its allocation's, fixed when collected */
 	struct dormant_tag_change *change;
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
+	bool pin;         /* sleep: its host copy pinned under pin_host_bytes */
 };
 
 struct engine_totals {

@@ -497,11 +497,30 @@ static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, u
 	if (e->pin_host || c->host.pin_piece)
 		return e->pin_host;
 	pin = e->pin_ratio > 0 && (double)*pinned <= e->pin_ratio * (double)*seen &&
-	      engine_sleep_pin_reserve(e, c->host.size);
+	      engine_sleep_pin_reserve(e, c->plan.kept);
 	*seen += c->plan.kept;
 	if (pin)
 		*pinned += c->plan.kept;
 	return pin;
+}
+
+/* Choose the chunks of device d whose host copies this sleep pins (it->pin),
+ * before their buffers are made: those are faulted in ahead (prepare.c), as
+ * registering untouched memory takes about five times as long (0.18 s per
+ * GiB on the H200 against 0.04). The chunks it copies, in its order. */
+static void pin_choose(struct engine *e, int d, struct engine_item *items, size_t count)
+{
+	uint64_t seen = 0, pinned = 0;
+
+	for (size_t i = 0; i < count; i++) {
+		struct engine_item *it = &items[i];
+		const struct chunk *c = it->chunk;
+
+		if (it->owner.device != d)
+			continue;
+		it->pin = engine_item_keep(it) && !engine_item_disk(it) && c->mapped &&
+			  c->plan.kept && pin_chunk(e, c, &seen, &pinned);
+	}
 }
 
 static int sleep_device(struct engine *e, int d, struct engine_item *items, size_t count,
@@ -509,7 +528,6 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 {
 	struct pipeline p = { .e = e, .device = d, .ed = &e->devices[d], .to_host = true,
 			      .totals = t };
-	uint64_t seen = 0, pinned = 0;
 	bool discards_done = false;
 	struct prep prep;
 	double start, wait;
@@ -534,6 +552,7 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 	r = disk_ready(e, d, items, count);
 	if (r < 0)
 		return r;
+	pin_choose(e, d, items, count);
 	r = prep_start(&prep, e, d, items, count);
 	if (r < 0) {
 		prep_finish(&prep);
@@ -574,8 +593,7 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 			r = prep_wait(&prep, it);
 			t->times.host_wait_s += now_monotonic_s() - wait;
 			/* what the sleep pins, the pipeline registers */
-			if (r == 0)
-				pin = pin_chunk(e, c, &seen, &pinned);
+			pin = it->pin;
 			if (r == 0 && !c->host.pin_piece && !pin)
 				r = staging_ready(e, d);
 		}
