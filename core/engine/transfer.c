@@ -507,7 +507,7 @@ static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, u
 /* Choose the chunks of device d whose host copies this sleep pins (it->pin),
  * before their buffers are made: those are faulted in ahead (prepare.c), as
  * registering untouched memory takes about five times as long (0.18 s per
- * GiB on the H200 against 0.04). The chunks it copies, in its order. */
+ * GiB on the H200 against 0.03). The chunks it copies, in its order. */
 static void pin_choose(struct engine *e, int d, struct engine_item *items, size_t count)
 {
 	uint64_t seen = 0, pinned = 0;
