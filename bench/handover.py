@@ -1085,7 +1085,10 @@ def main():
     ap.add_argument("--overlap", default="1,0",
                     help="wake orders to run the trainer with: 0 map first, 1 map ahead, "
                     "N map ahead on N threads")
-    ap.add_argument("--host-mode", choices=("release", "retain"), default="release")
+    ap.add_argument("--host-mode", choices=("release", "retain", "reclaimable"),
+                    default="release",
+                    help="the trainer's host mode (reclaimable: with "
+                    "DORMANT_RECLAIMABLE_PINNED_BYTES its pinned copies stay between cycles)")
     ap.add_argument("--margin-mib", type=int, default=1024,
                     help="what the rollout leaves free")
     ap.add_argument("--rollout-alloc", choices=("torch", "cumem"), default="torch")

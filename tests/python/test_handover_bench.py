@@ -52,6 +52,21 @@ def test_handover_phases_on_the_host_backend(tmp_path):
     assert "checks: " in (tmp_path / "out" / "handover.txt").read_text()
 
 
+def test_reclaimable_mode_with_a_pinned_share_kept(tmp_path, monkeypatch):
+    """The host mode scripts/gpu-residue pinkeep runs the trainer in: the
+    share of host copies that pin_host_bytes pins stays pinned between
+    cycles (reclaimable_pinned_bytes), the rest reclaimable; every check
+    holds and the report says the mode."""
+    monkeypatch.setenv("DORMANT_PIN_HOST", "0")
+    monkeypatch.setenv("DORMANT_PIN_HOST_BYTES", "4MiB")
+    monkeypatch.setenv("DORMANT_RECLAIMABLE_PINNED_BYTES", "4MiB")
+    p, doc = run(tmp_path, "--overlap", "1", "--host-mode", "reclaimable")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert failed(doc) == []
+    assert all(ph["verified"] for ph in doc["results"][0]["phases"])
+    assert "host mode reclaimable" in (tmp_path / "out" / "handover.txt").read_text()
+
+
 def test_a_changed_byte_fails_the_run(tmp_path):
     p, doc = run(tmp_path, "--overlap", "1", "--test-corrupt-step", "2")
     assert p.returncode == 1
