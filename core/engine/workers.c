@@ -4,13 +4,22 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#define HAVE_STREAM_STORES 1
+#endif
+
 #include "util.h"
 
 #define SLICE_MIN (4 * MiB)
+/* Slices at least this large are copied with stores that bypass the cache
+ * (workers_memcpy()). */
+#define STREAM_MIN (256 * 1024)
 
 struct job {
 	void (*fn)(void *arg);
@@ -39,6 +48,7 @@ struct workers {
 	unsigned jobs_running;
 	struct batch *batch;
 	pthread_mutex_t batch_lock; /* one parallel call at a time */
+	bool stream_stores; /* workers_memcpy() bypasses the cache (DORMANT_STREAM_STORES) */
 };
 
 /* Take and run batch indices; called with w->lock held, returns with it held. */
@@ -91,10 +101,13 @@ static void *worker_main(void *arg)
 int workers_new(unsigned threads, struct workers **ret)
 {
 	struct workers *w = calloc(1, sizeof(*w));
+	const char *env;
 
 	if (!w)
 		return -ENOMEM;
 	w->threads = threads ? threads : 1;
+	env = getenv("DORMANT_STREAM_STORES");
+	w->stream_stores = !env || strcmp(env, "0") != 0;
 	w->ids = calloc(w->threads, sizeof(*w->ids));
 	if (!w->ids) {
 		free(w);
@@ -214,7 +227,49 @@ struct span_ctx {
 	const char *src;
 	size_t size;
 	size_t slice;
+	bool stream;
 };
+
+/*
+ * memcpy() whose stores bypass the cache (non-temporal), for copies between
+ * the staging ring and host copies: neither side is read again by the CPU
+ * soon, and an ordinary store first reads each line it writes, so a copy
+ * moves three bytes through memory for each byte copied, a streaming one two.
+ * On the development machine one thread copied 64 MiB slices at 18 GB/s so
+ * against glibc's 10.7. The fence makes the stores visible before the caller
+ * hears the copy is done (and queues the device's copy from them).
+ */
+static void copy_streaming(char *dst, const char *src, size_t size)
+{
+#ifdef HAVE_STREAM_STORES
+	size_t head = (64 - ((uintptr_t)dst & 63)) & 63, bulk;
+
+	if (size < STREAM_MIN + head) {
+		memcpy(dst, src, size);
+		return;
+	}
+	memcpy(dst, src, head);
+	dst += head;
+	src += head;
+	size -= head;
+	bulk = size & ~(size_t)63;
+	for (size_t i = 0; i < bulk; i += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+		__m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+		__m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+
+		_mm_stream_si128((__m128i *)(dst + i), a);
+		_mm_stream_si128((__m128i *)(dst + i + 16), b);
+		_mm_stream_si128((__m128i *)(dst + i + 32), c);
+		_mm_stream_si128((__m128i *)(dst + i + 48), d);
+	}
+	_mm_sfence();
+	memcpy(dst + bulk, src + bulk, size - bulk);
+#else
+	memcpy(dst, src, size);
+#endif
+}
 
 static void memcpy_slice(void *arg, size_t i)
 {
@@ -222,7 +277,10 @@ static void memcpy_slice(void *arg, size_t i)
 	size_t offset = i * s->slice;
 	size_t len = MIN(s->slice, s->size - offset);
 
-	memcpy(s->dst + offset, s->src + offset, len);
+	if (s->stream)
+		copy_streaming(s->dst + offset, s->src + offset, len);
+	else
+		memcpy(s->dst + offset, s->src + offset, len);
 }
 
 static void touch_slice(void *arg, size_t i)
@@ -245,7 +303,7 @@ static size_t slice_size(const struct workers *w, size_t size)
 
 void workers_memcpy(struct workers *w, void *dst, const void *src, size_t size)
 {
-	struct span_ctx s = { .dst = dst, .src = src, .size = size };
+	struct span_ctx s = { .dst = dst, .src = src, .size = size, .stream = w->stream_stores };
 
 	if (size == 0)
 		return;

@@ -28,7 +28,9 @@ void workers_submit(struct workers *w, void (*fn)(void *arg), void *arg);
 /* Wait until every submitted background job has finished. */
 void workers_drain(struct workers *w);
 
-/* memcpy / fault-in over the pool, in slices of at least min_slice bytes. */
+/* memcpy / fault-in over the pool, in slices of at least min_slice bytes.
+ * Large slices are copied with stores that bypass the cache (x86-64; off
+ * with DORMANT_STREAM_STORES=0, for measuring). */
 void workers_memcpy(struct workers *w, void *dst, const void *src, size_t size);
 void workers_touch(struct workers *w, void *ptr, size_t size);
 
