@@ -507,7 +507,8 @@ static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, u
 /* Choose the chunks of device d whose host copies this sleep pins (it->pin),
  * before their buffers are made: those are faulted in ahead (prepare.c), as
  * registering untouched memory takes about five times as long (0.18 s per
- * GiB on the H200 against 0.03). The chunks it copies, in its order. */
+ * GiB on the H200 against 0.03). In the order the sleep copies them, so
+ * that the share's pace is the copies'. */
 static void pin_choose(struct engine *e, int d, struct engine_item *items, size_t count)
 {
 	uint64_t seen = 0, pinned = 0;
