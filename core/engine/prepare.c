@@ -80,7 +80,7 @@ static int host_fault_in(struct engine *e, struct engine_item *it)
 	}
 	engine_account_host(it->owner.held, (int64_t)c->host.size);
 	/* what is registered is faulted in first: far faster to register */
-	if (e->pin_host || it->pin)
+	if (it->pin)
 		hostbuf_touch(e->workers, &c->host);
 	engine_time_add(&e->host_prep_ns, start);
 	return 0;

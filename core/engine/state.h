@@ -106,7 +106,8 @@ struct engine_item {
 	enum dormant_policy policy; /* its allocation's, fixed when collected */
 	struct dormant_tag_change *change;
 	bool mapped_here; /* wake: mapped by this call (undone on failure) */
-	bool pin;         /* sleep: its host copy pinned under pin_host_bytes */
+	bool pin;         /* sleep: its host copy is pinned (pin_host, or its share of
+			   * pin_host_bytes), chosen before its buffer is made */
 };
 
 struct engine_totals {

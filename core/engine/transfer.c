@@ -456,6 +456,14 @@ static void times_since(struct engine *e, const struct time_marks *m, struct eng
 
 /* ---- sleep --------------------------------------------------------------- */
 
+/* Whether a sleep copies the item to a host buffer: kept in host memory,
+ * mapped, with bytes to keep. */
+static bool host_copied(const struct engine_item *it)
+{
+	return engine_item_keep(it) && !engine_item_disk(it) && it->chunk->mapped &&
+	       it->chunk->plan.kept;
+}
+
 /* pin_host false with pin_host_bytes: what a sleep may pin (the host copies
  * pinned already, as a retained copy stays, count against it) and its share
  * of the unpinned host copies the sleep makes. */
@@ -471,8 +479,7 @@ static void pin_share(struct engine *e, const struct engine_item *items, size_t 
 	for (size_t i = 0; i < count; i++) {
 		const struct chunk *c = items[i].chunk;
 
-		if (!engine_item_keep(&items[i]) || engine_item_disk(&items[i]) || !c->mapped ||
-		    !c->plan.kept)
+		if (!host_copied(&items[i]))
 			continue;
 		if (c->host.pin_piece)
 			pinned += c->host.size;
@@ -515,12 +522,9 @@ static void pin_choose(struct engine *e, int d, struct engine_item *items, size_
 
 	for (size_t i = 0; i < count; i++) {
 		struct engine_item *it = &items[i];
-		const struct chunk *c = it->chunk;
 
-		if (it->owner.device != d)
-			continue;
-		it->pin = engine_item_keep(it) && !engine_item_disk(it) && c->mapped &&
-			  c->plan.kept && pin_chunk(e, c, &seen, &pinned);
+		if (it->owner.device == d)
+			it->pin = host_copied(it) && pin_chunk(e, it->chunk, &seen, &pinned);
 	}
 }
 
@@ -562,7 +566,6 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 	for (size_t i = 0; i < count; i++) {
 		struct engine_item *it = &items[i];
 		struct chunk *c = it->chunk;
-		bool pin = false;
 
 		if (it->owner.device != d || !engine_item_keep(it) || !c->mapped)
 			continue;
@@ -593,14 +596,13 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 			wait = now_monotonic_s();
 			r = prep_wait(&prep, it);
 			t->times.host_wait_s += now_monotonic_s() - wait;
-			/* what the sleep pins, the pipeline registers */
-			pin = it->pin;
-			if (r == 0 && !c->host.pin_piece && !pin)
+			/* what the sleep pins (it->pin), the pipeline registers */
+			if (r == 0 && !c->host.pin_piece && !it->pin)
 				r = staging_ready(e, d);
 		}
 		if (r < 0)
 			goto err;
-		r = pipeline_issue_chunk(&p, it, pin);
+		r = pipeline_issue_chunk(&p, it, it->pin);
 		if (r < 0)
 			goto err;
 		/* The first copies are queued: release DISCARD memory while
