@@ -254,3 +254,79 @@ int option_rows_resolve(const struct option_row *rows, size_t count, const void 
 		*ret_from_env = from_env;
 	return 0;
 }
+
+/* The length of the pair at p (p at no separator): to the next separator,
+ * and with values_continue past each comma or newline whose piece after it
+ * holds no '=' (a value that goes on). */
+static size_t pair_length(const char *p, bool values_continue)
+{
+	size_t n;
+
+	if (!values_continue)
+		return strcspn(p, ", \t\n");
+	n = strcspn(p, ",\n");
+	while (p[n] == ',' || p[n] == '\n') {
+		const char *next = p + n + 1;
+		size_t len = strcspn(next, ",\n");
+
+		if (memchr(next, '=', len) || len == 0)
+			break;
+		n += 1 + len;
+	}
+	return n;
+}
+
+int option_text_apply(const char *text, bool values_continue, const char *who,
+		      int (*set)(void *ctx, const char *name, const char *value), void *ctx)
+{
+	char pair[OPTION_PATH_MAX + 128]; /* a path's value, its name before it */
+	const char *p = text;
+
+	for (;;) {
+		size_t n;
+		char *eq;
+		int r;
+
+		p += strspn(p, ", \t\n");
+		if (!*p)
+			return 0;
+		n = pair_length(p, values_continue);
+		if (n >= sizeof(pair))
+			return error_set(-EINVAL, "%s '%.32s...' is too long", who, p);
+		memcpy(pair, p, n);
+		pair[n] = '\0';
+		p += n;
+		while (n > 0 && (pair[n - 1] == ' ' || pair[n - 1] == '\t'))
+			pair[--n] = '\0';
+		eq = strchr(pair, '=');
+		if (!eq)
+			return error_set(-EINVAL, "'%.64s' is not name=value", pair);
+		*eq = '\0';
+		r = set(ctx, pair, eq + 1);
+		if (r < 0)
+			return r;
+	}
+}
+
+int option_number_text(const struct option_row *row, long long value, char *buf, size_t size,
+		       const char *who)
+{
+	switch (row->type) {
+	case OPTION_BOOL:
+		value = value != 0;
+		break;
+	case OPTION_SIZE:
+	case OPTION_INT:
+	case OPTION_UINT:
+		break;
+	case OPTION_ENUM:
+		return error_set(-EINVAL, "%s %s is an enum, not a number", who, row->name);
+	case OPTION_PATH:
+		return error_set(-EINVAL, "%s %s is a path, not a number", who, row->name);
+	case OPTION_TEXT:
+	default:
+		return error_set(-EINVAL, "%s %s is text, not a number", who, row->name);
+	}
+	snprintf(buf, size, "%lld", value);
+	return 0;
+}

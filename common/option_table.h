@@ -88,6 +88,23 @@ size_t option_values_text(const struct option_row *row, char *buf, size_t size);
  * (NULL: none). */
 const char *option_row_default_text(const struct option_row *row);
 
+/* Apply "name=value[,name=value...]" text through set(ctx, name, value), pair
+ * by pair in order, up to the first that fails (its error returned; the
+ * pairs before it stay applied). Pairs part at commas and newlines, and at
+ * blanks unless values_continue; with values_continue a piece without '='
+ * continues the value before it, comma and all (faults=wake:create,sleep:copy),
+ * and blanks after a value are dropped. Empty pieces are skipped. who names
+ * the table in messages ("option", "server option"). */
+int option_text_apply(const char *text, bool values_continue, const char *who,
+		      int (*set)(void *ctx, const char *name, const char *value), void *ctx);
+
+/* value as the text that option_parse() takes for row (a bool row: "1" or
+ * "0", for any value not 0 or 0), into buf of size bytes (32 is enough);
+ * -EINVAL where row takes no number (an enum, path or text row), the
+ * message naming it as "who name". */
+int option_number_text(const struct option_row *row, long long value, char *buf, size_t size,
+		       const char *who);
+
 /* Give each field of rows[0..count) (at most 64) in the zeroed struct at out
  * its value: from the struct at given where row i's bit of set is on (given
  * may be NULL), else from the row's environment variable when it is set,

@@ -314,18 +314,16 @@ DORMANT_EXPORT int dormant_options_set_int(struct dormant_options *o, const char
 	const struct option_row *opt;
 	char text[32];
 	size_t i;
+	int r;
 
 	if (!o || !name)
 		return error_set(-EINVAL, "%s is NULL", o ? "the option name" : "the options");
 	opt = option_find(name, &i);
 	if (!opt)
 		return error_set(-EINVAL, "unknown option '%.64s'", name);
-	if (opt->type != OPTION_SIZE && opt->type != OPTION_INT && opt->type != OPTION_BOOL)
-		return error_set(-EINVAL, "option %s is a%s %s, not a number", name,
-				 opt->type == OPTION_ENUM ? "n" : "", option_type_name(opt->type));
-	if (opt->type == OPTION_BOOL)
-		value = value != 0;
-	snprintf(text, sizeof(text), "%lld", value);
+	r = option_number_text(opt, value, text, sizeof(text), "option");
+	if (r < 0)
+		return r;
 	return dormant_options_set(o, name, text);
 }
 
@@ -394,35 +392,15 @@ int options_resolve(const struct dormant_options *o, struct dormant_options *ret
 	return 0;
 }
 
+static int options_set_pair(void *o, const char *name, const char *value)
+{
+	return dormant_options_set(o, name, value);
+}
+
 /* Apply "name=value[,name=value...]" to o, in order, up to the first bad one. */
 static int options_apply(struct dormant_options *o, const char *text)
 {
-	char pair[512];
-	const char *p = text;
-	int r;
-
-	while (*p) {
-		size_t n = strcspn(p, ", \t\n");
-		char *eq;
-
-		if (n == 0) {
-			p++;
-			continue;
-		}
-		if (n >= sizeof(pair))
-			return error_set(-EINVAL, "option '%.32s...' is too long", p);
-		memcpy(pair, p, n);
-		pair[n] = '\0';
-		p += n;
-		eq = strchr(pair, '=');
-		if (!eq)
-			return error_set(-EINVAL, "'%s' is not name=value", pair);
-		*eq = '\0';
-		r = dormant_options_set(o, pair, eq + 1);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return option_text_apply(text, false, "option", options_set_pair, o);
 }
 
 DORMANT_EXPORT int dormant_options_parse(struct dormant_options *o, const char *text)

@@ -260,17 +260,16 @@ DORMANT_EXPORT int dormant_server_options_set_int(struct dormant_server_options 
 	const struct option_row *opt;
 	char text[32];
 	size_t i;
+	int r;
 
 	if (!o || !name)
 		return error_set(-EINVAL, "%s is NULL", o ? "the option name" : "the options");
 	opt = option_find(name, &i);
 	if (!opt)
 		return error_set(-EINVAL, "unknown server option '%.64s'", name);
-	if (opt->type == OPTION_TEXT)
-		return error_set(-EINVAL, "server option %s is text, not a number", name);
-	if (opt->type == OPTION_BOOL)
-		value = value != 0;
-	snprintf(text, sizeof(text), "%lld", value);
+	r = option_number_text(opt, value, text, sizeof(text), "server option");
+	if (r < 0)
+		return r;
 	return dormant_server_options_set(o, name, text);
 }
 
@@ -296,48 +295,17 @@ DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_serve
 	return 0;
 }
 
+static int options_set_pair(void *o, const char *name, const char *value)
+{
+	return dormant_server_options_set(o, name, value);
+}
+
 /* Apply "name=value[,name=value...]" to o, in order, up to the first bad
  * one. A piece without '=' continues the value before it, comma and all
  * (faults=wake:create,sleep:copy). */
 static int options_apply(struct dormant_server_options *o, const char *text)
 {
-	char pair[1200];
-	const char *p = text;
-	int r;
-
-	while (*p) {
-		size_t n;
-		char *eq;
-
-		p += strspn(p, ", \t\n");
-		if (!*p)
-			break;
-		/* this pair runs to the next comma whose piece holds an '=' */
-		n = strcspn(p, ",\n");
-		while (p[n] == ',' || p[n] == '\n') {
-			const char *next = p + n + 1;
-			size_t len = strcspn(next, ",\n");
-
-			if (memchr(next, '=', len) || len == 0)
-				break;
-			n += 1 + len;
-		}
-		if (n >= sizeof(pair))
-			return error_set(-EINVAL, "server option '%.32s...' is too long", p);
-		memcpy(pair, p, n);
-		pair[n] = '\0';
-		p += n;
-		while (n > 0 && (pair[n - 1] == ' ' || pair[n - 1] == '\t'))
-			pair[--n] = '\0';
-		eq = strchr(pair, '=');
-		if (!eq)
-			return error_set(-EINVAL, "'%.64s' is not name=value", pair);
-		*eq = '\0';
-		r = dormant_server_options_set(o, pair, eq + 1);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return option_text_apply(text, true, "server option", options_set_pair, o);
 }
 
 DORMANT_EXPORT int dormant_server_options_parse(struct dormant_server_options *o,

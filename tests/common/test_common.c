@@ -239,6 +239,90 @@ Test(option_table, field_sizes_and_type_names)
 	cr_assert_str_eq(option_type_name(OPTION_TEXT), "text");
 }
 
+/* What option_text_apply() hands over: "name=value;" for each pair. */
+struct pairs {
+	char seen[512];
+	const char *refuse; /* a name set() fails on */
+};
+
+static int pair_seen(void *ctx, const char *name, const char *value)
+{
+	struct pairs *p = ctx;
+
+	if (p->refuse && strcmp(name, p->refuse) == 0)
+		return error_set(-ERANGE, "refused %s", name);
+	snprintf(p->seen + strlen(p->seen), sizeof(p->seen) - strlen(p->seen), "%s=%s;", name,
+		 value);
+	return 0;
+}
+
+Test(option_table, text_apply_splits_pairs)
+{
+	struct pairs p = { "" };
+
+	cr_assert_eq(option_text_apply(" a=1,\tb=x y\n,c=", false, "option", pair_seen, &p), -EINVAL);
+	cr_assert_str_eq(p.seen, "a=1;b=x;", "blanks part pairs: %s", p.seen);
+	cr_assert(strstr(error_text(), "'y' is not name=value"), "%s", error_text());
+
+	p = (struct pairs){ "" };
+	cr_assert_eq(option_text_apply(",, a=1,,b=2 ,", false, "option", pair_seen, &p), 0);
+	cr_assert_str_eq(p.seen, "a=1;b=2;");
+
+	/* a piece without '=' goes on with the value before it */
+	p = (struct pairs){ "" };
+	cr_assert_eq(option_text_apply(" f=w:c,s:d, g=x y \t,h=3", true, "server option",
+				       pair_seen, &p), 0);
+	cr_assert_str_eq(p.seen, "f=w:c,s:d;g=x y;h=3;", "%s", p.seen);
+	p = (struct pairs){ "" };
+	cr_assert_eq(option_text_apply("", true, "server option", pair_seen, &p), 0);
+	cr_assert_str_eq(p.seen, "");
+	cr_assert_eq(option_text_apply("nothing", true, "server option", pair_seen, &p), -EINVAL);
+
+	/* the first failure stops it, the pairs before it applied */
+	p = (struct pairs){ .refuse = "b" };
+	cr_assert_eq(option_text_apply("a=1,b=2,c=3", false, "option", pair_seen, &p), -ERANGE);
+	cr_assert_str_eq(p.seen, "a=1;");
+}
+
+Test(option_table, text_apply_takes_a_whole_path)
+{
+	static char text[OPTION_PATH_MAX + 200];
+	struct pairs p = { "" };
+	size_t n = (size_t)snprintf(text, sizeof(text), "dir=/");
+
+	memset(text + n, 'd', OPTION_PATH_MAX - 2);
+	text[n + OPTION_PATH_MAX - 2] = '\0';
+	cr_assert_eq(option_text_apply(text, false, "option", pair_seen, &p), 0, "%s",
+		     error_text());
+	memset(text + n, 'd', OPTION_PATH_MAX + 150);
+	text[n + OPTION_PATH_MAX + 150] = '\0';
+	cr_assert_eq(option_text_apply(text, true, "server option", pair_seen, &p), -EINVAL);
+	cr_assert(strstr(error_text(), "server option 'dir=/ddd"), "%s", error_text());
+	cr_assert(strstr(error_text(), "is too long"), "%s", error_text());
+}
+
+Test(option_table, number_text)
+{
+	char buf[32];
+
+	cr_assert_eq(option_number_text(row("bytes"), 8192, buf, sizeof(buf), "option"), 0);
+	cr_assert_str_eq(buf, "8192");
+	cr_assert_eq(option_number_text(row("delta"), -3, buf, sizeof(buf), "option"), 0);
+	cr_assert_str_eq(buf, "-3");
+	cr_assert_eq(option_number_text(row("flag"), 7, buf, sizeof(buf), "option"), 0);
+	cr_assert_str_eq(buf, "1", "any number but 0 is true");
+	cr_assert_eq(option_number_text(row("count"), 2, buf, sizeof(buf), "option"), 0);
+	cr_assert_str_eq(buf, "2");
+	strcpy(buf, "kept");
+	cr_assert_eq(option_number_text(row("colour"), 1, buf, sizeof(buf), "option"), -EINVAL);
+	cr_assert_str_eq(error_text(), "option colour is an enum, not a number");
+	cr_assert_eq(option_number_text(row("dir"), 1, buf, sizeof(buf), "option"), -EINVAL);
+	cr_assert_str_eq(error_text(), "option dir is a path, not a number");
+	cr_assert_eq(option_number_text(row("word"), 1, buf, sizeof(buf), "server option"), -EINVAL);
+	cr_assert_str_eq(error_text(), "server option word is text, not a number");
+	cr_assert_str_eq(buf, "kept", "a refused number writes nothing");
+}
+
 Test(parse, sizes_and_tags)
 {
 	size_t size = 0;
