@@ -258,22 +258,22 @@ static int pair_seen(void *ctx, const char *name, const char *value)
 
 Test(option_table, text_apply_splits_pairs)
 {
-	struct pairs p = { "" };
+	struct pairs p = { .seen = "" };
 
 	cr_assert_eq(option_text_apply(" a=1,\tb=x y\n,c=", false, "option", pair_seen, &p), -EINVAL);
 	cr_assert_str_eq(p.seen, "a=1;b=x;", "blanks part pairs: %s", p.seen);
 	cr_assert(strstr(error_text(), "'y' is not name=value"), "%s", error_text());
 
-	p = (struct pairs){ "" };
+	p = (struct pairs){ .seen = "" };
 	cr_assert_eq(option_text_apply(",, a=1,,b=2 ,", false, "option", pair_seen, &p), 0);
 	cr_assert_str_eq(p.seen, "a=1;b=2;");
 
 	/* a piece without '=' goes on with the value before it */
-	p = (struct pairs){ "" };
+	p = (struct pairs){ .seen = "" };
 	cr_assert_eq(option_text_apply(" f=w:c,s:d, g=x y \t,h=3", true, "server option",
 				       pair_seen, &p), 0);
 	cr_assert_str_eq(p.seen, "f=w:c,s:d;g=x y;h=3;", "%s", p.seen);
-	p = (struct pairs){ "" };
+	p = (struct pairs){ .seen = "" };
 	cr_assert_eq(option_text_apply("", true, "server option", pair_seen, &p), 0);
 	cr_assert_str_eq(p.seen, "");
 	cr_assert_eq(option_text_apply("nothing", true, "server option", pair_seen, &p), -EINVAL);
@@ -287,7 +287,7 @@ Test(option_table, text_apply_splits_pairs)
 Test(option_table, text_apply_takes_a_whole_path)
 {
 	static char text[OPTION_PATH_MAX + 200];
-	struct pairs p = { "" };
+	struct pairs p = { .seen = "" };
 	size_t n = (size_t)snprintf(text, sizeof(text), "dir=/");
 
 	memset(text + n, 'd', OPTION_PATH_MAX - 2);
