@@ -171,10 +171,13 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      them behind; unnamed files never outlive the process),
  *                      one file per allocation (unnamed: one per tag); disk
  *                      allocations then get chunks of their own, not a slab's
- *   disk_read          direct|cached  $DORMANT_DISK_READ  direct: how a wake
- *                      reads disk copies: O_DIRECT around the page cache, or
- *                      through it with the kernel's read-ahead (each piece
- *                      dropped from the cache once read)
+ *   disk_read          direct|cached|stream  $DORMANT_DISK_READ  direct: how a
+ *                      wake reads disk copies: O_DIRECT around the page cache
+ *                      (4 reads in flight), or through it with the kernel's
+ *                      read-ahead, each piece dropped from the cache once
+ *                      read: cached, 4 reads in flight; stream, one read in
+ *                      flight in file order (the read-ahead keeps the disk
+ *                      busy)
  *   warmup             auto|device|off  $DORMANT_WARMUP  auto: what the first
  *                      sleep would set up is done in the background once
  *                      allocations settle (dormant_warm_up())

@@ -189,10 +189,11 @@ static const struct option_row options[] = {
 	{
 		.name = "disk_read", .type = OPTION_ENUM, .offset = FIELD(disk_read),
 		.default_value = "direct", .env = "DORMANT_DISK_READ",
-		.values = VALUES("direct", "cached"),
-		.doc = "how a wake reads disk copies: direct (O_DIRECT, around the page cache) "
-		       "or cached (through the page cache with the kernel's read-ahead, each "
-		       "piece dropped from the cache once read)",
+		.values = VALUES("direct", "cached", "stream"),
+		.doc = "how a wake reads disk copies: direct (O_DIRECT, around the page cache, "
+		       "4 reads in flight), cached (through the page cache with the kernel's "
+		       "read-ahead, 4 reads in flight, each piece dropped from the cache once "
+		       "read) or stream (as cached, with one read in flight, in file order)",
 	},
 	{
 		.name = "warmup", .type = OPTION_ENUM, .offset = FIELD(warmup),

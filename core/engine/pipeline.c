@@ -244,7 +244,9 @@ static int issue_disk_runs(struct pipeline *p, struct engine_item *it, size_t pi
 {
 	const struct copy_plan *plan = &it->chunk->plan;
 	struct disk_reads q = { .backend = p->e->backend };
-	size_t run = 0, done = 0;
+	/* stream: one read at a time, in file order, the kernel's read-ahead
+	 * ahead of it (cached: four, as direct) */
+	size_t run = 0, done = 0, ahead = p->e->disk_read_stream ? 1 : DISK_READS_AHEAD;
 	int r = 0;
 
 	if (p->e->disk_read_cached) {
@@ -258,7 +260,7 @@ static int issue_disk_runs(struct pipeline *p, struct engine_item *it, size_t pi
 		struct disk_read d;
 
 		/* start reads while pieces and slots are left */
-		while (r == 0 && run < plan->count && q.count < DISK_READS_AHEAD) {
+		while (r == 0 && run < plan->count && q.count < ahead) {
 			const struct copy_run *cr = &plan->runs[run];
 			size_t len = MIN(cr->size - done, piece);
 			struct disk_read *n = &q.ring[(q.head + q.count) % DISK_READS_AHEAD];

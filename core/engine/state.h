@@ -72,6 +72,8 @@ struct engine {
 	size_t disk_chunk_bytes;
 	bool disk_names;
 	bool disk_read_cached;
+	/* disk_read=stream: cached, with one read in flight instead of four */
+	bool disk_read_stream;
 	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
 	int wake_copy; /* enum wake_copy_mode (wakecopy.h): what copies to the device */
 	size_t wake_copy_probe_bytes, wake_copy_reprobe_bytes;

@@ -331,28 +331,44 @@ Test(disk, a_tag_holds_one_file_and_one_descriptor_however_many_chunks)
 	}
 }
 
-/* disk_read=cached: the wake reads through the page cache (O_DIRECT off the
- * tag's descriptor from its first read on; direct keeps it), the data comes
- * back intact, and a wake that fails part-way (a read refused) keeps the
- * file and wakes on retry, as with direct reads. */
+/* disk_read=cached and stream: the wake reads through the page cache
+ * (O_DIRECT off the tag's descriptor from its first read on; direct keeps
+ * it), the data comes back intact, and a wake that fails part-way (a read
+ * refused) keeps the file and wakes on retry, as with direct reads. */
 Test(disk, cached_reads_leave_o_direct_and_wake_intact_and_retry)
 {
-	for (int cached = 0; cached < 2; cached++) {
+	static const char *const modes[] = { "direct", "cached", "stream" };
+
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		bool cached = i > 0;
+		char options[64];
+		uint64_t calls;
 		struct scene s;
 
-		scene_make(&s, cached ? "disk_read=cached" : "disk_read=direct");
+		snprintf(options, sizeof(options), "disk_read=%s", modes[i]);
+		scene_make(&s, options);
 		cr_assert_eq(sleep_all(s.m), 0, "%s", dormant_last_error());
 		cr_assert_eq(disk_fds().count, 1, "no descriptor of the disk copy in %s", dir);
 		if (disk_fds().direct == 0)
-			cr_skip("%s takes no O_DIRECT: the two read modes look alike here", dir);
+			cr_skip("%s takes no O_DIRECT: the read modes look alike here", dir);
 		/* the third disk call of the wake fails: some pieces were read */
+		calls = dormant_debug_op_count(s.m, DORMANT_FAULT_DISK);
 		cr_assert_eq(dormant_debug_inject_fault(s.m, DORMANT_FAULT_DISK, 3, -EIO, false), 0);
-		cr_assert_eq(wake_all(s.m), -EIO, "cached=%d: %s", cached, dormant_last_error());
+		cr_assert_eq(wake_all(s.m), -EIO, "%s: %s", options, dormant_last_error());
 		expect_all(s.m, DORMANT_ASLEEP);
+		/* stream reads one piece at a time: none after the failed one;
+		 * the others had the next pieces (4 a chunk) in flight already */
+		calls = dormant_debug_op_count(s.m, DORMANT_FAULT_DISK) - calls;
+		if (strcmp(modes[i], "stream") == 0)
+			cr_expect_eq(calls, 3, "%s: %llu reads, not one at a time", options,
+				     (unsigned long long)calls);
+		else
+			cr_expect_gt(calls, 3, "%s: %llu reads, one at a time", options,
+				     (unsigned long long)calls);
 		cr_expect_eq(disk_fds().direct, cached ? 0 : 1,
-			     "disk_read=%s: O_DIRECT %s after the wake's reads",
-			     cached ? "cached" : "direct", cached ? "still on" : "gone");
-		cr_assert_eq(wake_all(s.m), 0, "retry: %s", dormant_last_error());
+			     "%s: O_DIRECT %s after the wake's reads", options,
+			     cached ? "still on" : "gone");
+		cr_assert_eq(wake_all(s.m), 0, "%s, retry: %s", options, dormant_last_error());
 		expect_intact(&s);
 		cr_expect_eq(disk_fds().count, 0, "the file closes with the wake");
 		dormant_destroy(s.m);
