@@ -3,7 +3,7 @@
  * read-patterns: how fast one file reads back in several patterns, to tell
  * on a new disk which way a wake should read its disk copies (issue 32).
  *
- *   read-patterns [--create SIZE] [--repeat N] FILE PATTERN...
+ *   read-patterns [--create SIZE] [--repeat N] [--drop-all] FILE PATTERN...
  *
  * PATTERN is MODE:PIECE:INFLIGHT[:drop]: MODE direct (O_DIRECT, around the
  * page cache, as disk_read=direct) or buffered (through it, with the
@@ -12,7 +12,9 @@
  * each taking the next piece in file order; drop: each piece dropped from
  * the page cache once read (POSIX_FADV_DONTNEED, as disk_read=cached does).
  * Every pattern reads the whole file, after its pages were dropped from the
- * cache (this file's only: no root needed), N times in turn with the others.
+ * cache (this file's only: no root needed; with --drop-all the whole page
+ * cache, as root, so that no other file's pages are reclaimed during the
+ * reads), N times in turn with the others.
  * --create writes SIZE bytes of a fixed pseudo-random pattern to FILE first.
  *
  * One line a run: the pattern, GB/s, seconds. Every run must read the same
@@ -170,7 +172,23 @@ static int file_create(const char *path, uint64_t size)
 	return r;
 }
 
-static int run_one(const char *path, const struct pattern *pt, uint64_t *ret_sum, double *ret_s)
+/* The whole page cache dropped (root; best effort, as bench/disk.py does). */
+static void drop_all(void)
+{
+	int fd;
+
+	sync();
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	if (fd < 0)
+		return;
+	if (write(fd, "3\n", 2) != 2) {
+		/* not root, or not allowed here: this file's pages only */
+	}
+	close(fd);
+}
+
+static int run_one(const char *path, const struct pattern *pt, bool all, uint64_t *ret_sum,
+		   double *ret_s)
 {
 	struct run r = { .pt = pt };
 	pthread_t threads[THREADS_MAX];
@@ -185,6 +203,8 @@ static int run_one(const char *path, const struct pattern *pt, uint64_t *ret_sum
 	(void)fdatasync(fd);
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	close(fd);
+	if (all)
+		drop_all();
 	r.fd = open(path, O_RDONLY | (pt->direct ? O_DIRECT : 0));
 	if (r.fd < 0)
 		return error_set(-errno, "opening %s%s: %s", path, pt->direct ? " with O_DIRECT" : "",
@@ -217,7 +237,7 @@ static int run_one(const char *path, const struct pattern *pt, uint64_t *ret_sum
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: read-patterns [--create SIZE] [--repeat N] FILE "
+	fprintf(stderr, "usage: read-patterns [--create SIZE] [--repeat N] [--drop-all] FILE "
 			"MODE:PIECE:INFLIGHT[:drop]...\n"
 			"  MODE: direct or buffered; e.g. direct:64MiB:4 buffered:256MiB:1 "
 			"buffered:64MiB:1:drop\n");
@@ -230,7 +250,7 @@ int main(int argc, char **argv)
 	size_t create = 0, count = 0;
 	const char *path = NULL;
 	uint64_t want = 0;
-	bool have = false;
+	bool have = false, all = false;
 	int repeat = 1;
 
 	for (int i = 1; i < argc; i++) {
@@ -241,6 +261,8 @@ int main(int argc, char **argv)
 			repeat = atoi(argv[++i]);
 			if (repeat < 1 || repeat > 100)
 				return fprintf(stderr, "read-patterns: --repeat is 1 to 100\n"), 2;
+		} else if (strcmp(argv[i], "--drop-all") == 0) {
+			all = true;
 		} else if (argv[i][0] == '-') {
 			return usage();
 		} else if (!path) {
@@ -262,7 +284,7 @@ int main(int argc, char **argv)
 			double s = 0;
 			struct stat st;
 
-			if (run_one(path, &patterns[p], &sum, &s) < 0 || stat(path, &st) < 0)
+			if (run_one(path, &patterns[p], all, &sum, &s) < 0 || stat(path, &st) < 0)
 				return fprintf(stderr, "read-patterns: %s\n", error_text()), 1;
 			if (have && sum != want)
 				return fprintf(stderr, "read-patterns: %s read other bytes than the "
