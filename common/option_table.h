@@ -98,8 +98,8 @@ const char *option_row_default_text(const struct option_row *row);
 int option_text_apply(const char *text, bool values_continue, const char *who,
 		      int (*set)(void *ctx, const char *name, const char *value), void *ctx);
 
-/* value as the text that option_parse() takes for row (a bool row: "1" or
- * "0", for any value not 0 or 0), into buf of size bytes (32 is enough);
+/* value as the text that option_parse() takes for row (a bool row: "1" for
+ * any value but 0, else "0"), into buf of size bytes (32 is enough);
  * -EINVAL where row takes no number (an enum, path or text row), the
  * message naming it as "who name". */
 int option_number_text(const struct option_row *row, long long value, char *buf, size_t size,
