@@ -234,8 +234,9 @@ DORMANT_EXPORT int dormant_new(const struct dormant_options *opts, struct dorman
 	/* disk copies: the directory is copied in when a sleep starts */
 	m->engine.disk_chunk_bytes = o.disk_chunk_bytes;
 	m->engine.disk_names = o.disk_names;
-	m->engine.disk_read_stream = strcmp(o.disk_read, "stream") == 0;
-	m->engine.disk_read_cached = m->engine.disk_read_stream || strcmp(o.disk_read, "cached") == 0;
+	m->engine.disk_read = strcmp(o.disk_read, "stream") == 0   ? ENGINE_DISK_STREAM
+			      : strcmp(o.disk_read, "cached") == 0 ? ENGINE_DISK_CACHED
+								   : ENGINE_DISK_DIRECT;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

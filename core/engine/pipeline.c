@@ -246,10 +246,10 @@ static int issue_disk_runs(struct pipeline *p, struct engine_item *it, size_t pi
 	struct disk_reads q = { .backend = p->e->backend };
 	/* stream: one read at a time, in file order, the kernel's read-ahead
 	 * ahead of it (cached: four, as direct) */
-	size_t run = 0, done = 0, ahead = p->e->disk_read_stream ? 1 : DISK_READS_AHEAD;
+	size_t run = 0, done = 0, ahead = p->e->disk_read == ENGINE_DISK_STREAM ? 1 : DISK_READS_AHEAD;
 	int r = 0;
 
-	if (p->e->disk_read_cached) {
+	if (p->e->disk_read != ENGINE_DISK_DIRECT) {
 		r = diskstore_read_cached(it->chunk->disk.store);
 		if (r < 0)
 			return error_prefix(r, "tag '%s'", it->owner.tag);

@@ -66,14 +66,16 @@ struct engine {
 	bool wake_overlap; /* wake: map chunks on a thread while earlier ones copy */
 	/* DORMANT_DISK copies (diskfile.h): the directory, copied from the
 	 * manager's when a sleep starts (only sleeps create files), the
-	 * largest read or write, whether files get names, whether a wake
-	 * reads them through the page cache (diskstore_read_cached()) */
+	 * largest read or write, whether files get names, how a wake reads
+	 * them (option disk_read) */
 	char disk_dir[DORMANT_PATH_MAX];
 	size_t disk_chunk_bytes;
 	bool disk_names;
-	bool disk_read_cached;
-	/* disk_read=stream: cached, with one read in flight instead of four */
-	bool disk_read_stream;
+	enum engine_disk_read {
+		ENGINE_DISK_DIRECT, /* O_DIRECT, four reads in flight */
+		ENGINE_DISK_CACHED, /* through the page cache (diskstore_read_cached()) */
+		ENGINE_DISK_STREAM, /* as cached, one read in flight */
+	} disk_read;
 	unsigned map_threads; /* threads mapping ahead (mapper.c), 1 or more */
 	int wake_copy; /* enum wake_copy_mode (wakecopy.h): what copies to the device */
 	size_t wake_copy_probe_bytes, wake_copy_reprobe_bytes;
