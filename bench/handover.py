@@ -393,9 +393,10 @@ def one_rank_cap():
 
 def trainer_main(args):
     import dormant
-    dm = dormant.Manager(backend=args.backend, host_mode=args.host_mode,
-                         **({"host_device_bytes": args.host_device_bytes}
-                            if args.backend == "host" else {}))
+    options = {"host_device_bytes": args.host_device_bytes} if args.backend == "host" else {}
+    if args.host_mode:  # else the library's: release, reclaimable with residue=checkpoint
+        options["host_mode"] = args.host_mode
+    dm = dormant.Manager(backend=args.backend, **options)
     t0 = time.perf_counter()
     if args.backend == "host":
         t = HostTrainer(dm, args.kept_gb * GB, args.layers)
@@ -415,7 +416,7 @@ def trainer_main(args):
         "tags": t.tags, "build_s": build_s, "device_bytes": st["totals"]["device_bytes"],
         "by_tag": {x["tag"]: x["bytes"] for x in st["tags"]},
         "wake_overlap": os.environ.get("DORMANT_WAKE_OVERLAP", "1") != "0",
-        "one_rank_ctas": one_rank_cap(),
+        "one_rank_ctas": one_rank_cap(), "host_mode": dm.host_mode,
     }))
     expected = pointers = None
     for line in sys.stdin:
@@ -750,9 +751,11 @@ def run_trainer(args, overlap, ceiling, out, checks):
     env = trainer_env(args, overlap, out, label)
     cmd = [sys.executable, __file__, "--role", "trainer", "--backend", args.backend,
            "--trainer", args.trainer, "--kept-gb", str(args.kept_gb), "--layers",
-           str(args.layers), "--host-mode", args.host_mode, "--host-device-bytes",
+           str(args.layers), "--host-device-bytes",
            str(args.host_device_bytes), "--mcore-layers", str(args.mcore_layers),
            "--mcore-hidden", str(args.mcore_hidden), "--mcore-heads", str(args.mcore_heads)]
+    if getattr(args, "host_mode", None):  # a Namespace of the tests may lack it
+        cmd += ["--host-mode", args.host_mode]
     if args.test_corrupt_step is not None:
         cmd += ["--test-corrupt-step", str(args.test_corrupt_step)]
     if getattr(args, "trim_stack", 0):  # a Namespace of the tests may lack it
@@ -765,7 +768,7 @@ def run_trainer(args, overlap, ceiling, out, checks):
         ready = json.loads(trainer.expect("READY"))
         result.update(params=ready["params"], build_s=ready["build_s"],
                       device_bytes=ready["device_bytes"], by_tag=ready["by_tag"],
-                      one_rank_ctas=ready.get("one_rank_ctas"))
+                      one_rank_ctas=ready.get("one_rank_ctas"), host_mode=ready.get("host_mode"))
         url = ready["url"]
         once = Client([url], retries=0, raise_on_error=False, timeout=120)
         retrying = Client([url], retries=60, backoff=0.05, max_delay=0.5,
@@ -1017,7 +1020,8 @@ def table(results, ceiling, args):
         lines.append(f"{results[0]['params'] / 1e6:.0f} M parameters; {args.phases} phases, "
                      f"medians of the phases after the first; rollout: {args.rollout_alloc} in "
                      f"{args.rollout_tensors} tensors, margin {args.margin_mib} MiB; host mode "
-                     f"{args.host_mode}; wake target >= {TARGET_WAKE} of the ceiling")
+                     f"{results[0].get('host_mode') or args.host_mode}; "
+                     f"wake target >= {TARGET_WAKE} of the ceiling")
     return "\n".join(lines)
 
 
@@ -1086,8 +1090,9 @@ def main():
                     help="wake orders to run the trainer with: 0 map first, 1 map ahead, "
                     "N map ahead on N threads")
     ap.add_argument("--host-mode", choices=("release", "retain", "reclaimable"),
-                    default="release",
-                    help="the trainer's host mode (reclaimable: with "
+                    default=None,
+                    help="the trainer's host mode (default: the library's, release or "
+                    "reclaimable under residue=checkpoint; reclaimable: with "
                     "DORMANT_RECLAIMABLE_PINNED_BYTES its pinned copies stay between cycles)")
     ap.add_argument("--margin-mib", type=int, default=1024,
                     help="what the rollout leaves free")

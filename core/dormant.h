@@ -120,7 +120,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *   backend            auto|cuda|host  $DORMANT_BACKEND    auto: cuda when a
  *                      device is usable, else host
  *   host_mode          retain|release|reclaimable  $DORMANT_HOST_MODE
- *                      release (enum dormant_host_mode)
+ *                      release; reclaimable with residue=checkpoint (enum
+ *                      dormant_host_mode)
  *   chunk_bytes        size   $DORMANT_CHUNK_BYTES  1GiB: largest physical
  *                      chunk of an allocation (rounded up to the granularity)
  *   guard_timeout_ms   int    30000: how long a sleep waits for training steps
@@ -129,7 +130,8 @@ typedef void (*dormant_log_fn)(enum dormant_log_level level, const char *message
  *                      most 256
  *   staging_bytes      size   $DORMANT_STAGING_BYTES  256MiB: pinned staging
  *                      ring for unpinned copies
- *   pin_host           bool   $DORMANT_PIN_HOST  true: pin host copies
+ *   pin_host           bool   $DORMANT_PIN_HOST  true (false with
+ *                      residue=checkpoint): pin host copies
  *   pin_host_bytes     size   $DORMANT_PIN_HOST_BYTES  0: with pin_host
  *                      false, host copies of up to this many bytes pinned
  *                      anyway, spread through each sleep's copies

@@ -35,11 +35,14 @@ static const struct option_row options[] = {
 	},
 	{
 		.name = "host_mode", .type = OPTION_ENUM, .offset = FIELD(host_mode),
-		.default_value = "release", .env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release", "reclaimable"),
+		.default_value = "release", .default_doc = "release; reclaimable with residue=checkpoint",
+		.env = "DORMANT_HOST_MODE", .values = VALUES("retain", "release", "reclaimable"),
 		.doc = "host memory of kept tags: retain keeps pinned buffers across cycles "
 		       "(fastest), release gives it back after each wake (leanest), "
 		       "reclaimable unpins them after each wake for the kernel to take "
-		       "(MADV_FREE) and reuses what it left at the next sleep",
+		       "(MADV_FREE) and reuses what it left at the next sleep (the default "
+		       "under residue=checkpoint, whose unpinned copies would otherwise fault "
+		       "in fresh memory at every sleep)",
 	},
 	{
 		.name = "chunk_bytes", .type = OPTION_SIZE, .offset = FIELD(chunk_bytes),

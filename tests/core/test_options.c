@@ -399,3 +399,48 @@ Test(options, pin_host_is_false_under_residue_checkpoint_unless_given)
 	unsetenv("DORMANT_RESIDUE");
 	dormant_options_destroy(o);
 }
+
+/* residue=checkpoint: a release-mode sleep would fault in fresh host copies
+ * at every sleep, so the host mode is reclaimable unless host_mode is given,
+ * as an option, through its variable or after dormant_new(). */
+Test(options, host_mode_is_reclaimable_under_residue_checkpoint_unless_given)
+{
+	struct dormant_options *o = options_on_host();
+	struct dormant *m;
+
+	cr_assert_eq(dormant_options_set(o, "residue", "checkpoint"), 0, "%s", dormant_last_error());
+	m = manager_new(o);
+	expect_value(m, "host_mode", "reclaimable");
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RECLAIMABLE);
+	/* a switch at run time is the caller's word, as before */
+	cr_expect_eq(dormant_set_host_mode(m, DORMANT_HOST_RELEASE), 0, "%s", dormant_last_error());
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RELEASE);
+	dormant_destroy(m);
+
+	cr_assert_eq(dormant_options_set(o, "host_mode", "release"), 0);
+	m = manager_new(o);
+	expect_value(m, "host_mode", "release");
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RELEASE);
+	dormant_destroy(m);
+
+	cr_assert_eq(dormant_options_set(o, "host_mode", NULL), 0);
+	setenv("DORMANT_HOST_MODE", "retain", 1);
+	m = manager_new(o);
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RETAIN);
+	dormant_destroy(m);
+	unsetenv("DORMANT_HOST_MODE");
+
+	/* the mode from its variable counts the same; keep leaves release */
+	cr_assert_eq(dormant_options_set(o, "residue", NULL), 0);
+	setenv("DORMANT_RESIDUE", "checkpoint", 1);
+	m = manager_new(o);
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RECLAIMABLE);
+	dormant_destroy(m);
+	setenv("DORMANT_RESIDUE", "keep", 1);
+	m = manager_new(o);
+	expect_value(m, "host_mode", "release");
+	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RELEASE);
+	dormant_destroy(m);
+	unsetenv("DORMANT_RESIDUE");
+	dormant_options_destroy(o);
+}
