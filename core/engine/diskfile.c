@@ -93,6 +93,8 @@ int diskstore_create(struct backend *b, const char *dir, uint64_t size, bool nam
 		return error_set(-ENOMEM, "out of host memory");
 	s->size = size;
 	atomic_init(&s->refs, 1);
+	atomic_init(&s->ranges, 0);
+	atomic_init(&s->unlinked, false);
 	r = open_unnamed(dir, named, &s->direct, &s->name);
 	if (r < 0) {
 		free(s);
@@ -151,7 +153,7 @@ void diskstore_put(struct diskstore *s)
 {
 	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
 		return;
-	if (s->name)
+	if (s->name && !atomic_load(&s->unlinked))
 		unlink(s->name);
 	free(s->name);
 	close(s->fd);
@@ -161,6 +163,7 @@ void diskstore_put(struct diskstore *s)
 void diskfile_open(struct diskstore *s, uint64_t base, uint64_t size, struct diskfile *f)
 {
 	atomic_fetch_add(&s->refs, 1);
+	atomic_fetch_add(&s->ranges, 1);
 	*f = (struct diskfile){ .store = s, .open = true, .base = base, .size = size };
 }
 
@@ -262,15 +265,40 @@ int diskfile_xor_byte(struct diskfile *f, uint64_t offset, unsigned char mask)
 	return r;
 }
 
-void diskfile_close(struct diskfile *f)
+void diskfile_close_begin(struct diskfile *f, struct diskfile_closing *ret)
 {
+	struct diskstore *s = f->store;
+
+	*ret = (struct diskfile_closing){ .store = NULL };
 	if (!f->open)
 		return;
-	/* others still use the file: give this range's space back now (a
-	 * file system that cannot keeps it until the file closes) */
-	if (atomic_load(&f->store->refs) > 1)
-		(void)fallocate(f->store->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				(off_t)f->base, (off_t)f->size);
-	diskstore_put(f->store);
+	/* others still use the file: this range's space goes back alone (a
+	 * file system that cannot keeps it until the file closes); the last
+	 * range takes the name with it now, as the file is gone for its users */
+	ret->punch = atomic_fetch_sub(&s->ranges, 1) != 1;
+	if (!ret->punch && s->name && !atomic_exchange(&s->unlinked, true))
+		unlink(s->name);
+	ret->store = s;
+	ret->base = f->base;
+	ret->size = f->size;
 	*f = (struct diskfile){ .store = NULL };
+}
+
+void diskfile_close_end(struct diskfile_closing *c)
+{
+	if (!c->store)
+		return;
+	if (c->punch && atomic_load(&c->store->ranges) > 0)
+		(void)fallocate(c->store->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)c->base, (off_t)c->size);
+	diskstore_put(c->store);
+	c->store = NULL;
+}
+
+void diskfile_close(struct diskfile *f)
+{
+	struct diskfile_closing c;
+
+	diskfile_close_begin(f, &c);
+	diskfile_close_end(&c);
 }

@@ -23,6 +23,52 @@ static void deferred_free_run(void *arg)
 	free(job);
 }
 
+struct disk_closing {
+	struct engine *e;
+	struct diskfile_closing closing;
+};
+
+static void disk_closing_run(void *arg)
+{
+	struct disk_closing *job = arg;
+	struct engine *e = job->e;
+
+	diskfile_close_end(&job->closing);
+	free(job);
+	pthread_mutex_lock(&e->disk_lock);
+	e->disk_closings--;
+	pthread_cond_broadcast(&e->disk_cond);
+	pthread_mutex_unlock(&e->disk_lock);
+}
+
+void engine_disk_release_later(struct engine *e, struct held_bytes *held, struct chunk *c)
+{
+	struct disk_closing *job;
+
+	if (!c->disk.open)
+		return;
+	job = malloc(sizeof(*job));
+	if (!job) {
+		engine_disk_release(held, c); /* now, then */
+		return;
+	}
+	engine_account_disk(held, -(int64_t)c->disk.size);
+	job->e = e;
+	diskfile_close_begin(&c->disk, &job->closing);
+	pthread_mutex_lock(&e->disk_lock);
+	e->disk_closings++;
+	pthread_mutex_unlock(&e->disk_lock);
+	workers_submit(e->workers, disk_closing_run, job);
+}
+
+void engine_disk_closings_wait(struct engine *e)
+{
+	pthread_mutex_lock(&e->disk_lock);
+	while (e->disk_closings)
+		pthread_cond_wait(&e->disk_cond, &e->disk_lock);
+	pthread_mutex_unlock(&e->disk_lock);
+}
+
 /* Add size to *held unless that would take it past max, from any thread:
  * true when added. */
 static bool reserve(_Atomic uint64_t *held, uint64_t size, uint64_t max)
@@ -187,7 +233,8 @@ void engine_copies_done(struct engine *e, struct engine_item *items, size_t coun
 					      c->sum_valid && c->host.ptr;
 			c->host_valid = false;
 			host_done(e, it->owner.held, c);
-			/* a disk copy is never kept: its file goes, retain mode or not */
-			engine_disk_release(it->owner.held, c);
+			/* a disk copy is never kept: its file goes, retain mode or
+			 * not, without the wake waiting for the file system */
+			engine_disk_release_later(e, it->owner.held, c);
 		}
 }

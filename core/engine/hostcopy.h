@@ -26,10 +26,20 @@ bool engine_sleep_pin_reserve(struct engine *e, size_t size);
 /* Give a host copy back; unmapping gigabytes takes a while, so it happens on
  * a worker thread and the host bytes fall when it is done. */
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c);
+/* Remove a chunk's disk copy without waiting for the file system: the copy
+ * is gone at once (its name out of the directory, its bytes out of the
+ * disk bytes) and a worker gives its space back (closing a wake's file of
+ * gigabytes takes the file system a while: 0.29 s a GiB for ext4 on a
+ * virtual disk). engine_disk_closings_wait() waits for that. */
+void engine_disk_release_later(struct engine *e, struct held_bytes *held, struct chunk *c);
+/* Wait until the space of every disk copy so removed is given back (a sleep
+ * that makes disk copies, before it allocates theirs). */
+void engine_disk_closings_wait(struct engine *e);
 /* The copies of items that no wake needs any more, once the data is on the
  * device: each chunk's host copy as the host mode says (retain keeps it,
  * release frees it on a worker, reclaimable unpins it on a worker or keeps
- * it pinned under reclaimable_pinned_bytes) and its disk copy removed. That
+ * it pinned under reclaimable_pinned_bytes) and its disk copy removed
+ * (engine_disk_release_later()). That
  * is every item's chunk on the device now: first those a wake (or a sleep's
  * rollback) mapped (mapped_here), whose retained host copy (retain mode,
  * its hash known) now holds what the device has; then, after a sleep rolled

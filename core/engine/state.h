@@ -89,6 +89,12 @@ struct engine {
 	pthread_mutex_t reclaim_lock;
 	pthread_cond_t reclaim_cond;
 	unsigned reclaims_pending;
+	/* disk copies closed by a wake whose space a worker gives back
+	 * (struct disk_closing, hostcopy.c), not yet done; disk_cond says when
+	 * one is; under disk_lock */
+	pthread_mutex_t disk_lock;
+	pthread_cond_t disk_cond;
+	unsigned disk_closings;
 	/* MADV_FREE failed (said once): its message, until the next sleep or
 	 * wake hands it to the manager in its totals; under reclaim_lock */
 	bool reclaim_warned;

@@ -60,6 +60,9 @@ static int disk_ready(struct engine *e, int d, struct engine_item *items, size_t
 	}
 	if (!any)
 		return 0;
+	/* the space of the copies the last wake closed first: a full disk
+	 * would refuse this sleep for want of it */
+	engine_disk_closings_wait(e);
 	r = staging_ready(e, d);
 	if (r < 0)
 		return r;
@@ -110,6 +113,8 @@ void engine_init(struct engine *e, struct backend *b, struct workers *w,
 	e->pin_host = pin_host;
 	pthread_mutex_init(&e->reclaim_lock, NULL);
 	pthread_cond_init(&e->reclaim_cond, NULL);
+	pthread_mutex_init(&e->disk_lock, NULL);
+	pthread_cond_init(&e->disk_cond, NULL);
 }
 
 static void device_finish(struct engine *e, int d)
@@ -139,6 +144,10 @@ void engine_finish(struct engine *e)
 			device_finish(e, d);
 	/* every chunk was dropped, each waiting for its unpin */
 	assert(e->reclaims_pending == 0);
+	/* and every disk copy's closing (the workers are gone) */
+	assert(e->disk_closings == 0);
+	pthread_cond_destroy(&e->disk_cond);
+	pthread_mutex_destroy(&e->disk_lock);
 	pthread_cond_destroy(&e->reclaim_cond);
 	pthread_mutex_destroy(&e->reclaim_lock);
 }
