@@ -8,9 +8,9 @@
  * the file system lacks it, created and unlinked at once), so that nothing
  * is left behind when the process exits or dies: the space is the file
  * system's again when the descriptor closes, which is when the last chunk's
- * range goes (on a worker after a wake: diskfile_close_begin()/_end()). A range that goes before the others (its allocation freed
- * while asleep) has its space punched out of the file where the file system
- * can. With disk_names the file is also given a name in the directory while
+ * range goes (after a wake, on a worker: diskfile_close_begin(), _end()). A
+ * range that goes before the others (its allocation freed while asleep) has
+ * its space punched out of the file where the file system can. With disk_names the file is also given a name in the directory while
  * it holds a copy (torch_memory_saver lists them), removed when it closes.
  *
  * The runs of a disk chunk's plan start at multiples of DISKFILE_ALIGN in

@@ -5,7 +5,9 @@
  * reclaimable), or kept pinned under reclaimable_pinned_bytes, as the host
  * mode says once a wake no longer needs them (engine_copies_done(): a
  * wake's commit, a sleep's rollback). Freeing one now, and waiting for its
- * unpin, are state.h's (engine_host_free(), engine_host_settle()).
+ * unpin, are state.h's (engine_host_free(), engine_host_settle()). Disk
+ * copies too, once a wake no longer needs them: removed at once, their files
+ * closed on a worker.
  */
 #ifndef DORMANT_ENGINE_HOSTCOPY_H
 #define DORMANT_ENGINE_HOSTCOPY_H
@@ -39,11 +41,10 @@ void engine_disk_closings_wait(struct engine *e);
  * device: each chunk's host copy as the host mode says (retain keeps it,
  * release frees it on a worker, reclaimable unpins it on a worker or keeps
  * it pinned under reclaimable_pinned_bytes) and its disk copy removed
- * (engine_disk_release_later()). That
- * is every item's chunk on the device now: first those a wake (or a sleep's
- * rollback) mapped (mapped_here), whose retained host copy (retain mode,
- * its hash known) now holds what the device has; then, after a sleep rolled
- * back, those that never left the device. One call, each chunk once: the
+ * (engine_disk_release_later()). That is every item's chunk on the device
+ * now: first those a wake (or a sleep's rollback) mapped (mapped_here), whose
+ * retained host copy (retain mode, its hash known) now holds what the device
+ * has; then, after a sleep rolled back, those that never left the device. One call, each chunk once: the
  * wake's commit, and the end of a rollback whatever came back
  * (engine_wake_end()). */
 void engine_copies_done(struct engine *e, struct engine_item *items, size_t count);
