@@ -135,8 +135,12 @@ static int helper_lines; /* lines that say the residue helper started */
 
 static void keep_last_line(enum dormant_log_level level, const char *message, void *userdata)
 {
-	(void)level;
 	(void)userdata;
+	/* the transitions' own lines: debug traces come from the workers at
+	 * any time (residue=checkpoint runs in host mode reclaimable, whose
+	 * background unpins say so), after a wake's line as often as not */
+	if (level == DORMANT_LOG_DEBUG)
+		return;
 	snprintf(last_line, sizeof(last_line), "%s", message);
 	helper_lines += strstr(message, "residue: helper") != NULL;
 }
