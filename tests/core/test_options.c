@@ -361,43 +361,63 @@ Test(options, guard_timeout_zero_does_not_wait)
 	dormant_destroy(m);
 }
 
-/* residue=checkpoint: registered host memory slows the driver's checkpoint
- * and restore, so the host copies stay unpinned unless pin_host is given,
- * as an option or through its variable. */
-Test(options, pin_host_is_false_under_residue_checkpoint_unless_given)
+/* What name reads back as on a manager (expect_value()); host_mode also as
+ * the mode the manager runs in. */
+static void expect_mode(struct dormant *m, const char *name, const char *want)
+{
+	expect_value(m, name, want);
+	if (strcmp(name, "host_mode") == 0)
+		cr_expect_str_eq(dormant_host_mode_name(dormant_host_mode(m)), want,
+				 "the manager runs in host mode %s",
+				 dormant_host_mode_name(dormant_host_mode(m)));
+}
+
+/* residue=checkpoint gives option name the value checkpointed unless name
+ * is given: as an option (given), through its variable env (from_env); the
+ * mode from its own variable counts the same, and keep leaves name at kept. */
+static void expect_checkpoint_default(const char *name, const char *env,
+				      const char *checkpointed, const char *given,
+				      const char *from_env, const char *kept)
 {
 	struct dormant_options *o = options_on_host();
 	struct dormant *m;
 
 	cr_assert_eq(dormant_options_set(o, "residue", "checkpoint"), 0, "%s", dormant_last_error());
 	m = manager_new(o);
-	expect_value(m, "pin_host", "false");
+	expect_mode(m, name, checkpointed);
 	dormant_destroy(m);
 
-	cr_assert_eq(dormant_options_set(o, "pin_host", "true"), 0);
+	cr_assert_eq(dormant_options_set(o, name, given), 0);
 	m = manager_new(o);
-	expect_value(m, "pin_host", "true");
+	expect_mode(m, name, given);
 	dormant_destroy(m);
 
-	cr_assert_eq(dormant_options_set(o, "pin_host", NULL), 0);
-	setenv("DORMANT_PIN_HOST", "true", 1);
+	cr_assert_eq(dormant_options_set(o, name, NULL), 0);
+	setenv(env, from_env, 1);
 	m = manager_new(o);
-	expect_value(m, "pin_host", "true");
+	expect_mode(m, name, from_env);
 	dormant_destroy(m);
-	unsetenv("DORMANT_PIN_HOST");
+	unsetenv(env);
 
-	/* the mode from its variable counts the same; keep leaves pinning on */
 	cr_assert_eq(dormant_options_set(o, "residue", NULL), 0);
 	setenv("DORMANT_RESIDUE", "checkpoint", 1);
 	m = manager_new(o);
-	expect_value(m, "pin_host", "false");
+	expect_mode(m, name, checkpointed);
 	dormant_destroy(m);
 	setenv("DORMANT_RESIDUE", "keep", 1);
 	m = manager_new(o);
-	expect_value(m, "pin_host", "true");
+	expect_mode(m, name, kept);
 	dormant_destroy(m);
 	unsetenv("DORMANT_RESIDUE");
 	dormant_options_destroy(o);
+}
+
+/* residue=checkpoint: registered host memory slows the driver's checkpoint
+ * and restore, so the host copies stay unpinned unless pin_host is given,
+ * as an option or through its variable. */
+Test(options, pin_host_is_false_under_residue_checkpoint_unless_given)
+{
+	expect_checkpoint_default("pin_host", "DORMANT_PIN_HOST", "false", "true", "true", "true");
 }
 
 /* residue=checkpoint: a release-mode sleep would fault in fresh host copies
@@ -408,39 +428,13 @@ Test(options, host_mode_is_reclaimable_under_residue_checkpoint_unless_given)
 	struct dormant_options *o = options_on_host();
 	struct dormant *m;
 
+	expect_checkpoint_default("host_mode", "DORMANT_HOST_MODE", "reclaimable", "release",
+				  "retain", "release");
+	/* a switch at run time is the caller's word, as before */
 	cr_assert_eq(dormant_options_set(o, "residue", "checkpoint"), 0, "%s", dormant_last_error());
 	m = manager_new(o);
-	expect_value(m, "host_mode", "reclaimable");
-	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RECLAIMABLE);
-	/* a switch at run time is the caller's word, as before */
 	cr_expect_eq(dormant_set_host_mode(m, DORMANT_HOST_RELEASE), 0, "%s", dormant_last_error());
 	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RELEASE);
 	dormant_destroy(m);
-
-	cr_assert_eq(dormant_options_set(o, "host_mode", "release"), 0);
-	m = manager_new(o);
-	expect_value(m, "host_mode", "release");
-	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RELEASE);
-	dormant_destroy(m);
-
-	cr_assert_eq(dormant_options_set(o, "host_mode", NULL), 0);
-	setenv("DORMANT_HOST_MODE", "retain", 1);
-	m = manager_new(o);
-	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RETAIN);
-	dormant_destroy(m);
-	unsetenv("DORMANT_HOST_MODE");
-
-	/* the mode from its variable counts the same; keep leaves release */
-	cr_assert_eq(dormant_options_set(o, "residue", NULL), 0);
-	setenv("DORMANT_RESIDUE", "checkpoint", 1);
-	m = manager_new(o);
-	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RECLAIMABLE);
-	dormant_destroy(m);
-	setenv("DORMANT_RESIDUE", "keep", 1);
-	m = manager_new(o);
-	expect_value(m, "host_mode", "release");
-	cr_expect_eq(dormant_host_mode(m), DORMANT_HOST_RELEASE);
-	dormant_destroy(m);
-	unsetenv("DORMANT_RESIDUE");
 	dormant_options_destroy(o);
 }
