@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hostcopy.h"
 
 /* A buffer kept from an earlier cycle serves while it is large enough and
  * not much larger (host memory stays near the live bytes). */

@@ -3,10 +3,11 @@
  * The engine's bottom floor: its state (struct engine, one struct
  * engine_device per device), what a transition moves (struct engine_item) and
  * adds up (struct engine_totals), and the accounting and timing every stage
- * reports into. The stages above it (prepare, pipeline, staging, mapper,
- * checksum, host copies) include this header and each other's, never
- * transfer.h: transfer.c, on top, drives them (transfer.h has the whole
- * engine's description).
+ * reports into; and a chunk's pieces given back, now or on a worker (the
+ * copies a wake no longer needs, as the host mode says). The stages above it
+ * (prepare, pipeline, staging, mapper, checksum) include this header and
+ * each other's, never transfer.h: transfer.c, on top, drives them
+ * (transfer.h has the whole engine's description).
  */
 #ifndef DORMANT_ENGINE_STATE_H
 #define DORMANT_ENGINE_STATE_H
@@ -22,6 +23,13 @@
 #include "workers.h"
 
 #define ENGINE_WINDOW 8       /* pieces in flight per device */
+
+/* Jobs of one kind on the workers, under lock; cond says when one is done. */
+struct engine_pending {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned count;
+};
 #define ENGINE_STAGING_SLOTS 4
 
 struct engine_device {
@@ -84,19 +92,13 @@ struct engine {
 	_Atomic uint64_t release_ns, map_ns, host_prep_ns, host_pin_ns, setup_ns;
 	_Atomic uint64_t device_setups; /* devices whose streams were made */
 	struct engine_device devices[DORMANT_DEVICES_MAX];
-	/* host mode reclaimable: unpins handed to the workers (struct
-	 * reclaim_job), not yet done; reclaim_cond says when one is */
-	pthread_mutex_t reclaim_lock;
-	pthread_cond_t reclaim_cond;
-	unsigned reclaims_pending;
-	/* disk copies closed by a wake whose space a worker gives back
-	 * (struct disk_closing, hostcopy.c), not yet done; disk_cond says when
-	 * one is; under disk_lock */
-	pthread_mutex_t disk_lock;
-	pthread_cond_t disk_cond;
-	unsigned disk_closings;
+	/* jobs handed to the workers that someone waits for, not yet done:
+	 * host mode reclaimable's unpins (struct reclaim_job; reclaims.cond
+	 * also says when one of them is done) and the disk copies a wake
+	 * removed, whose space a worker gives back (struct disk_closing) */
+	struct engine_pending reclaims, disk_closings;
 	/* MADV_FREE failed (said once): its message, until the next sleep or
-	 * wake hands it to the manager in its totals; under reclaim_lock */
+	 * wake hands it to the manager in its totals; under reclaims.lock */
 	bool reclaim_warned;
 	char reclaim_warning[DORMANT_ERROR_MAX];
 	/* host mode reclaimable: host copies of up to reclaim_pinned_max bytes
@@ -136,13 +138,14 @@ struct engine_totals {
 };
 
 /* Host mode reclaimable: a chunk's unpin and MADV_FREE, on a worker
- * (hostcopy.c queues it). It works on a copy of the buffer: the chunk's
- * owner waits for done before touching the buffer (engine_host_settle()). */
+ * (engine_copies_done() queues it). It works on a copy of the buffer: the
+ * chunk's owner waits for done before touching the buffer
+ * (engine_host_settle()). */
 struct reclaim_job {
 	struct engine *e;
 	struct hostbuf buffer;
 	struct held_bytes *held;
-	bool done; /* under e->reclaim_lock */
+	bool done; /* under e->reclaims.lock */
 };
 
 /* Kept: copied on sleep and restored on wake, to host memory or disk. */
@@ -170,7 +173,7 @@ void engine_account_host(struct held_bytes *held, int64_t delta);
 void engine_account_disk(struct held_bytes *held, int64_t delta);
 
 /* A failure of MADV_FREE on a worker since the last call (said once in the
- * engine's life; hostcopy.c keeps it under reclaim_lock): told in t. */
+ * engine's life, kept under reclaims.lock): told in t. */
 void engine_reclaim_warning(struct engine *e, struct engine_totals *t);
 
 /* ---- a chunk's pieces, given back ----------------------------------------- *
@@ -188,7 +191,7 @@ int engine_chunk_release(struct engine *e, const struct chunk_owner *o, struct c
 int engine_release_policy(struct engine *e, int d, enum dormant_policy policy,
 			  struct engine_item *items, size_t count, struct engine_totals *t);
 /* Host mode reclaimable: wait until hb's unpin is done, if one was queued
- * (hostcopy.c), and forget it: whoever touches a reclaimable buffer (reuses,
+ * (engine_copies_done()), and forget it: whoever touches a reclaimable buffer (reuses,
  * frees) calls this first. Any thread; not from a worker job. */
 void engine_host_settle(struct engine *e, struct hostbuf *hb);
 /* Give back room taken under reclaimable_pinned_bytes (a host copy kept
@@ -208,5 +211,48 @@ void engine_disk_release(struct held_bytes *held, struct chunk *c);
  * accounting. Returns a negative errno, the error set, when its device
  * memory could not be unmapped or released; the copies go either way. */
 int engine_chunk_drop(struct engine *e, const struct chunk_owner *o, struct chunk *c);
+
+/* ---- copies no wake needs any more ---------------------------------------- *
+ * Once a wake no longer needs them: host copies freed on a worker, unpinned
+ * and handed to the kernel (host mode reclaimable), or kept pinned under
+ * reclaimable_pinned_bytes, as the host mode says (engine_copies_done(): a
+ * wake's commit, a sleep's rollback); disk copies removed at once, their
+ * files closed on a worker. And the budgets of host copies kept pinned. */
+
+/* Wait until every queued unpin is done (a host-mode switch). */
+void engine_reclaims_wait(struct engine *e);
+/* Host mode reclaimable: take room for size bytes of host copy that stays
+ * pinned while awake under reclaim_pinned_max; false when there is none
+ * (engine_pinned_awake_unreserve(), state.h, gives it back). */
+bool engine_pinned_awake_reserve(struct engine *e, size_t size);
+/* pin_host false with pin_host_bytes: take room for size bytes of a
+ * sleep's host copy pinned under pin_max (what is left of pin_host_bytes);
+ * false when there is none. One budget for the devices that sleep at once;
+ * the next sleep starts it again. */
+bool engine_sleep_pin_reserve(struct engine *e, size_t size);
+/* Give a host copy back; unmapping gigabytes takes a while, so it happens on
+ * a worker thread and the host bytes fall when it is done. */
+void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c);
+/* Remove a chunk's disk copy without waiting for the file system: the copy
+ * is gone at once (its name out of the directory, its bytes out of the
+ * disk bytes) and a worker gives its space back (closing a wake's file of
+ * gigabytes takes the file system a while: 0.29 s a GiB for ext4 on a
+ * virtual disk). engine_disk_closings_wait() waits for that. */
+void engine_disk_release_later(struct engine *e, struct held_bytes *held, struct chunk *c);
+/* Wait until the space of every disk copy so removed is given back (a sleep
+ * that makes disk copies, before it allocates theirs). */
+void engine_disk_closings_wait(struct engine *e);
+/* The copies of items that no wake needs any more, once the data is on the
+ * device: each chunk's host copy as the host mode says (retain keeps it,
+ * release frees it on a worker, reclaimable unpins it on a worker or keeps
+ * it pinned under reclaimable_pinned_bytes) and its disk copy removed
+ * (engine_disk_release_later()). That is every item's chunk on the device
+ * now: first those a wake (or a sleep's rollback) mapped (mapped_here), whose
+ * retained host copy (retain mode, its hash known) now holds what the device
+ * has; then, after a sleep rolled back, those that never left the device. One call, each chunk once: the
+ * wake's commit, and the end of a rollback whatever came back
+ * (engine_wake_end()). */
+void engine_copies_done(struct engine *e, struct engine_item *items, size_t count);
+
 
 #endif

@@ -12,7 +12,6 @@
 #include "mapper.h"
 #include "pipeline.h"
 #include "prepare.h"
-#include "hostcopy.h"
 #include "staging.h"
 #include "verify.h"
 #include "wakecopy.h"
@@ -111,10 +110,10 @@ void engine_init(struct engine *e, struct backend *b, struct workers *w,
 	e->pin_piece = pin_piece;
 	e->pin_threads = 1;
 	e->pin_host = pin_host;
-	pthread_mutex_init(&e->reclaim_lock, NULL);
-	pthread_cond_init(&e->reclaim_cond, NULL);
-	pthread_mutex_init(&e->disk_lock, NULL);
-	pthread_cond_init(&e->disk_cond, NULL);
+	pthread_mutex_init(&e->reclaims.lock, NULL);
+	pthread_cond_init(&e->reclaims.cond, NULL);
+	pthread_mutex_init(&e->disk_closings.lock, NULL);
+	pthread_cond_init(&e->disk_closings.cond, NULL);
 }
 
 static void device_finish(struct engine *e, int d)
@@ -143,13 +142,13 @@ void engine_finish(struct engine *e)
 		if (e->devices[d].ready || e->devices[d].stream)
 			device_finish(e, d);
 	/* every chunk was dropped, each waiting for its unpin */
-	assert(e->reclaims_pending == 0);
+	assert(e->reclaims.count == 0);
 	/* and every disk copy's closing (the workers are gone) */
-	assert(e->disk_closings == 0);
-	pthread_cond_destroy(&e->disk_cond);
-	pthread_mutex_destroy(&e->disk_lock);
-	pthread_cond_destroy(&e->reclaim_cond);
-	pthread_mutex_destroy(&e->reclaim_lock);
+	assert(e->disk_closings.count == 0);
+	pthread_cond_destroy(&e->disk_closings.cond);
+	pthread_mutex_destroy(&e->disk_closings.lock);
+	pthread_cond_destroy(&e->reclaims.cond);
+	pthread_mutex_destroy(&e->reclaims.lock);
 }
 
 static int device_ready(struct engine *e, int d)

@@ -11,20 +11,20 @@
  *  - staging.c:  the pinned staging ring for host copies left unpinned;
  *  - mapper.c:   device memory of a wake: created and mapped ahead;
  *  - checksum.c: the chunks' checksums (verify.h);
- *  - hostcopy.c: host copies once their wake is done, as the host mode says,
- *                a wake's commit and a rollback's end (engine_copies_done(),
- *                which engine_wake_end() calls);
  *  - state.c:    at the bottom, the engine's state, the accounting, timing
  *                and warnings the others report into, and a chunk's pieces
- *                given back: its device memory (engine_chunk_release()) and
- *                a chunk's end (engine_chunk_drop()) (state.h);
+ *                given back: its device memory (engine_chunk_release()), a
+ *                chunk's end (engine_chunk_drop()), and the copies no wake
+ *                needs any more, as the host mode says, on a worker (a
+ *                wake's commit and a rollback's end: engine_copies_done(),
+ *                which engine_wake_end() calls) (state.h);
  *  - transfer.c: on top, this interface: sleep (and its rollback), wake (and
  *                its end, commit or undo, engine_wake_end()).
  * The engine logs nothing (but three debug traces of reclaimable unpins): what
  * went wrong without failing a transition is counted in its totals, the
  * first warning's text kept (engine_warn()), for the manager to log.
  * Doors open one way: transfer.c calls the stages, the stages call state.c
- * (and a stage below them: pipeline.c uses staging.c, prepare.c hostcopy.c),
+ * (and a stage below them: pipeline.c uses staging.c),
  * none calls transfer.c.
  *
  *  - Sleep: synchronize, queue the first KEEP copies, release DISCARD chunks
@@ -66,7 +66,6 @@
 #ifndef DORMANT_TRANSFER_H
 #define DORMANT_TRANSFER_H
 
-#include "hostcopy.h"
 #include "state.h"
 
 void engine_init(struct engine *e, struct backend *b, struct workers *w,
@@ -84,7 +83,7 @@ int engine_wake(struct engine *e, struct engine_item *items, size_t count, struc
 /* Every wake's end, the manager's and the engine's own. Done (its copies
  * and the manager's rebuilds succeeded): the host and disk copies that no
  * wake needs any more go as the host mode says (engine_copies_done(),
- * hostcopy.h). Not done (its copies failed, or a rebuild callback after
+ * state.h). Not done (its copies failed, or a rebuild callback after
  * them): what it mapped (the items' mapped_here) is given back, the host
  * copies intact for a retry; a chunk that cannot be unmapped is told in t.
  * A sleep's rollback ends as a wake that is done, whatever came back. */

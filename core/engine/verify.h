@@ -16,7 +16,7 @@
  *    back once, after the last copy, and compared. A mismatch fails the
  *    wake (-EIO, the chunk named) and, as every failed wake, leaves the tags
  *    asleep with their host copies.
- *  - wake commit (engine_copies_done(), hostcopy.h): remember, per chunk,
+ *  - wake commit (engine_copies_done(), state.h): remember, per chunk,
  *    that its retained host copy holds what the device now has.
  * Ranges marked unused and slab holes are not copied and come back zero:
  * they are not hashed, the runs are (extent.h).

@@ -241,7 +241,7 @@ def test_ground_floor_includes_no_room():
 FLOORS = {
     "engine": [
         {"state", "chunk", "extent", "hostbuf", "workers", "diskfile", "wakecopy"},
-        {"staging", "hostcopy", "checksum", "verify"},
+        {"staging", "checksum", "verify"},
         {"pipeline", "prepare", "mapper"},
         {"transfer"},
     ],
