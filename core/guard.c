@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The trainer guard.
+ * What a transition keeps out of the memory it moves: training steps (the
+ * trainer guard) and the warm-up.
  *
  * A training step enters the guard; a sleep closes the gate (new steps wait)
  * and waits, bounded, for the running steps to leave. The gate opens again
  * when every tag is awake and no transition holds it, so a step that starts
  * while the memory is asleep waits for the wake (and its hooks).
+ *
+ * A warm-up run (warmup.h) holds the engine: a transition that starts asks
+ * it to stop at its next chunk and waits (the wait is the transition's
+ * warmup_wait_s); once the transition ends the warm-up may run again.
  */
 #include <errno.h>
 #include <time.h>
@@ -68,6 +73,30 @@ void guard_release(struct dormant *m)
 {
 	m->gate_hold = false;
 	guard_notify(m);
+}
+
+double guard_warmup_stop(struct dormant *m)
+{
+	struct warmup *w = &m->warmup;
+	double start;
+
+	if (!w->running)
+		return 0;
+	start = now_monotonic_s();
+	atomic_store(&w->cancel, true);
+	/* transition_running is set: no run starts while the lock is away */
+	pthread_mutex_unlock(&m->lock);
+	log_write(&m->log, DORMANT_LOG_DEBUG, "waiting for the warm-up to stop");
+	pthread_mutex_lock(&m->lock);
+	while (w->running)
+		pthread_cond_wait(&w->cond, &m->lock);
+	return now_monotonic_s() - start;
+}
+
+void guard_warmup_resume(struct dormant *m)
+{
+	if (m->warmup.pending && m->warmup.thread_started)
+		pthread_cond_broadcast(&m->warmup.cond);
 }
 
 DORMANT_EXPORT int dormant_step_enter(struct dormant *m, int timeout_ms)

@@ -32,5 +32,11 @@ void guard_notify(struct dormant *m);
 int guard_close(struct dormant *m, double *ret_waited_s);
 /* Release the gate held by guard_close() or a wake. Called with m->lock. */
 void guard_release(struct dormant *m);
+/* A transition starts (m->lock held, transition_running just set): stop a
+ * warm-up run at its next chunk and wait for it; returns the seconds waited.
+ * Drops the lock while it says so in the log. */
+double guard_warmup_stop(struct dormant *m);
+/* A transition ended (m->lock held): the warm-up thread may run again. */
+void guard_warmup_resume(struct dormant *m);
 
 #endif

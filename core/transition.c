@@ -601,7 +601,7 @@ static int transition_start(struct dormant *m, struct transition *t, const char 
 		if (!t->sleep)
 			m->gate_hold = true; /* steps wait for the wake hooks too */
 		/* a warm-up holds the engine: it stops at its next chunk */
-		t->warmup_wait_s = warmup_stop_for_transition(m);
+		t->warmup_wait_s = guard_warmup_stop(m);
 	}
 	return 0;
 }
@@ -739,7 +739,7 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 		}
 		guard_release(m);
 		m->transition_running = false;
-		warmup_transition_done(m);
+		guard_warmup_resume(m);
 		pthread_mutex_unlock(&m->lock);
 	}
 	rep->result = r;

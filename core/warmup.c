@@ -282,30 +282,6 @@ void warmup_note_alloc(struct dormant *m)
 	}
 }
 
-double warmup_stop_for_transition(struct dormant *m)
-{
-	struct warmup *w = &m->warmup;
-	double start;
-
-	if (!w->running)
-		return 0;
-	start = now_monotonic_s();
-	atomic_store(&w->cancel, true);
-	/* transition_running is set: no run starts while the lock is away */
-	pthread_mutex_unlock(&m->lock);
-	log_write(&m->log, DORMANT_LOG_DEBUG, "waiting for the warm-up to stop");
-	pthread_mutex_lock(&m->lock);
-	while (w->running)
-		pthread_cond_wait(&w->cond, &m->lock);
-	return now_monotonic_s() - start;
-}
-
-void warmup_transition_done(struct dormant *m)
-{
-	if (m->warmup.pending && m->warmup.thread_started)
-		pthread_cond_broadcast(&m->warmup.cond);
-}
-
 void warmup_stats_get(struct dormant *m, struct dormant_warmup_stats *ret)
 {
 	struct warmup *w = &m->warmup;

@@ -13,7 +13,8 @@
  * One at a time with transitions: a run holds the engine (warmup.running,
  * under the manager lock) and starts only while no transition runs; a
  * transition that starts meanwhile asks it to stop (cancel) and waits for
- * it, which it does after the chunk it is on. While it prepares a chunk's
+ * it, which it does after the chunk it is on (guard_warmup_stop(), guard.c,
+ * with what else a transition keeps out: training steps). While it prepares a chunk's
  * host copy it marks the chunk's allocation in_transition, so that a free
  * meanwhile is deferred to it (doomed) as to a transition. A run that fails
  * leaves what it did not do to the sleep, which does it as without warm-up.
@@ -32,12 +33,6 @@ void warmup_init(struct dormant *m, enum warmup_mode mode, int settle_ms);
 void warmup_finish(struct dormant *m);
 /* An allocation came (m->lock held): run once they settle. */
 void warmup_note_alloc(struct dormant *m);
-/* A transition starts (m->lock held, transition_running just set): stop a
- * run and wait for it; returns the seconds waited. Drops the lock while it
- * says so in the log. */
-double warmup_stop_for_transition(struct dormant *m);
-/* A transition ended (m->lock held): the thread may run again. */
-void warmup_transition_done(struct dormant *m);
 /* The stats (m->lock held). */
 void warmup_stats_get(struct dormant *m, struct dormant_warmup_stats *ret);
 
