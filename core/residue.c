@@ -419,8 +419,8 @@ static void record(struct residue *r, struct dormant_residue_step *step, const c
 }
 
 /* A request for the helper. A checkpoint or a restore carries the fault the
- * tests armed for it, for the helper to fail it with: its one check
- * (backend_fault_check()), one call counted for each request built. */
+ * tests armed for it, for the helper to fail it with, in its own words: its
+ * one check (backend_fault_due()), one call counted for each request built. */
 static struct residue_request request(struct residue *r, enum residue_op op)
 {
 	enum dormant_fault_op fault_op = op == RESIDUE_OP_CHECKPOINT ? DORMANT_FAULT_CHECKPOINT
@@ -432,7 +432,7 @@ static struct residue_request request(struct residue *r, enum residue_op op)
 		.driver = strcmp(r->backend->ops->name, "cuda") == 0 ? RESIDUE_DRIVER_CUDA
 								     : RESIDUE_DRIVER_HOST,
 		.lock_timeout_ms = r->lock_timeout_ms,
-		.fault = op == RESIDUE_OP_FREE ? 0 : backend_fault_check(r->backend, fault_op),
+		.fault = op == RESIDUE_OP_FREE ? 0 : backend_fault_due(r->backend, fault_op),
 	};
 }
 

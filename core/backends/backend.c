@@ -46,18 +46,11 @@ int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth,
 	return backend_fault_arm_on(b, op, -1, nth, error, repeat);
 }
 
-int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device)
+/* Count a call of op for device (-1: none); the armed error if this call is
+ * to fail (its number since the fault was armed in *ret_call), else 0. */
+static int fault_due(struct backend *b, enum dormant_fault_op op, int device,
+		     uint64_t *ret_call)
 {
-	static const char *const names[] = {
-		[DORMANT_FAULT_CREATE] = "create",
-		[DORMANT_FAULT_MAP] = "map",
-		[DORMANT_FAULT_COPY] = "copy",
-		[DORMANT_FAULT_HOST_ALLOC] = "host allocation",
-		[DORMANT_FAULT_DISK] = "disk",
-		[DORMANT_FAULT_CHECKPOINT] = "checkpoint",
-		[DORMANT_FAULT_RESTORE] = "restore",
-	};
-	_Static_assert(ARRAY_SIZE(names) == DORMANT_FAULT_OPS, "a name for every fault op");
 	struct fault *f = &b->faults[op];
 	uint64_t call = atomic_fetch_add(&f->calls, 1) + 1;
 	uint64_t target = atomic_load(&f->target);
@@ -75,13 +68,39 @@ int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int devi
 	if (!target || call < target || (call > target && !atomic_load(&f->repeat)))
 		return 0;
 	/* counted as the rule counts: the Nth call since it was armed */
-	call -= atomic_load(&f->armed_at);
-	if (only >= 0)
-		return error_set(atomic_load(&f->error),
-				 "injected fault: %s call %llu on device %d failed (%s)", names[op],
-				 (unsigned long long)call, device, strerror(-atomic_load(&f->error)));
-	return error_set(atomic_load(&f->error), "injected fault: %s call %llu failed (%s)",
-			 names[op], (unsigned long long)call, strerror(-atomic_load(&f->error)));
+	*ret_call = call - atomic_load(&f->armed_at);
+	return atomic_load(&f->error);
+}
+
+int backend_fault_due(struct backend *b, enum dormant_fault_op op)
+{
+	uint64_t call;
+
+	return fault_due(b, op, -1, &call);
+}
+
+int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device)
+{
+	static const char *const names[] = {
+		[DORMANT_FAULT_CREATE] = "create",
+		[DORMANT_FAULT_MAP] = "map",
+		[DORMANT_FAULT_COPY] = "copy",
+		[DORMANT_FAULT_HOST_ALLOC] = "host allocation",
+		[DORMANT_FAULT_DISK] = "disk",
+		[DORMANT_FAULT_CHECKPOINT] = "checkpoint",
+		[DORMANT_FAULT_RESTORE] = "restore",
+	};
+	_Static_assert(ARRAY_SIZE(names) == DORMANT_FAULT_OPS, "a name for every fault op");
+	uint64_t call = 0;
+	int e = fault_due(b, op, device, &call);
+
+	if (!e)
+		return 0;
+	if (atomic_load(&b->faults[op].device_only) > 0)
+		return error_set(e, "injected fault: %s call %llu on device %d failed (%s)",
+				 names[op], (unsigned long long)call, device, strerror(-e));
+	return error_set(e, "injected fault: %s call %llu failed (%s)", names[op],
+			 (unsigned long long)call, strerror(-e));
 }
 
 int backend_fault_check(struct backend *b, enum dormant_fault_op op)

@@ -182,6 +182,9 @@ int backend_cuda_new(const struct backend_config *config, struct backend **ret);
  * fault is armed for it. */
 int backend_fault_check(struct backend *b, enum dormant_fault_op op);
 int backend_fault_check_on(struct backend *b, enum dormant_fault_op op, int device);
+/* The same count, without the message: the armed error of this call of op,
+ * or 0 (for a request that carries it elsewhere: the residue's helper). */
+int backend_fault_due(struct backend *b, enum dormant_fault_op op);
 /* Arm op's fault; _on with device >= 0 counts and fails only that device's
  * calls (not for DORMANT_FAULT_HOST_ALLOC). */
 int backend_fault_arm(struct backend *b, enum dormant_fault_op op, unsigned nth, int error,
