@@ -13,36 +13,48 @@ struct chunk_owner alloc_owner(struct alloc *a)
 	};
 }
 
-void alloc_destroy(struct dormant *m, struct alloc *a)
+void alloc_destroy_into(struct dormant *m, struct alloc *a, struct alloc_failures *fail)
 {
 	struct chunk_owner owner = alloc_owner(a);
-	char why[DORMANT_ERROR_MAX] = "";
-	unsigned failed = 0;
 
-	/* every piece goes whatever fails before it; one line says what did */
+	/* every piece goes whatever fails before it */
 	for (size_t i = 0; i < a->chunk_count; i++) {
-		if (engine_chunk_drop(&m->engine, &owner, &a->chunks[i]) < 0 && failed++ == 0)
-			snprintf(why, sizeof(why), "%s", dormant_last_error());
+		if (engine_chunk_drop(&m->engine, &owner, &a->chunks[i]) < 0 && fail->count++ == 0)
+			snprintf(fail->first, sizeof(fail->first), "%s", dormant_last_error());
 		plan_finish(&a->chunks[i].plan);
 	}
 	marks_finish(&a->marks);
 	if (m->backend->ops->va_free(m->backend, (uintptr_t)a->ptr, a->reserved) < 0 &&
-	    failed++ == 0)
-		snprintf(why, sizeof(why), "its address range: %s", dormant_last_error());
+	    fail->count++ == 0)
+		snprintf(fail->first, sizeof(fail->first), "an address range: %s",
+			 dormant_last_error());
 	if (a->is_slab)
 		slab_space_finish(&a->space);
 	free(a);
-	if (failed)
-		log_write(&m->log, DORMANT_LOG_ERROR,
-			  "freeing an allocation: %u failure(s), the first: %s", failed, why);
 }
 
-void alloc_destroy_deferred(struct dormant *m)
+void alloc_failures_log(struct dormant *m, const struct alloc_failures *fail)
+{
+	if (fail->count)
+		log_write(&m->log, DORMANT_LOG_ERROR,
+			  "freeing an allocation: %u failure(s), the first: %s", fail->count,
+			  fail->first);
+}
+
+void alloc_destroy(struct dormant *m, struct alloc *a)
+{
+	struct alloc_failures fail = { 0 };
+
+	alloc_destroy_into(m, a, &fail);
+	alloc_failures_log(m, &fail);
+}
+
+void alloc_destroy_deferred(struct dormant *m, struct alloc_failures *fail)
 {
 	while (m->deferred) {
 		struct alloc *a = m->deferred;
 
 		m->deferred = a->next;
-		alloc_destroy(m, a);
+		alloc_destroy_into(m, a, fail);
 	}
 }

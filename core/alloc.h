@@ -9,10 +9,23 @@
 
 /* What the engine knows of a's chunks' owner (chunk.h). */
 struct chunk_owner alloc_owner(struct alloc *a);
+/* What ending allocations could not give back (the rest goes all the same):
+ * how many pieces, and the first one's message. */
+struct alloc_failures {
+	unsigned count;
+	char first[DORMANT_ERROR_MAX];
+};
+
 /* Give back everything a (unlinked from its tag already) holds: its chunks'
- * device memory and host copies, its address range, a itself. */
+ * device memory, host and disk copies, its address range, a itself; what
+ * could not be given back is added to *fail. */
+void alloc_destroy_into(struct dormant *m, struct alloc *a, struct alloc_failures *fail);
+/* The same, its failures logged (one line). */
 void alloc_destroy(struct dormant *m, struct alloc *a);
-/* Destroy what dormant_free() deferred while checkpointed. With m->lock. */
-void alloc_destroy_deferred(struct dormant *m);
+/* Destroy what dormant_free() deferred while checkpointed, failures added to
+ * *fail. With m->lock. */
+void alloc_destroy_deferred(struct dormant *m, struct alloc_failures *fail);
+/* Log the line that says what *fail holds, if anything. */
+void alloc_failures_log(struct dormant *m, const struct alloc_failures *fail);
 
 #endif

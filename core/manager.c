@@ -296,6 +296,7 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 {
 	static const uint64_t nothing[DORMANT_DEVICES_MAX];
 	struct dormant_residue_step step = { 0 };
+	struct alloc_failures deferred = { 0 };
 
 	if (!m)
 		return;
@@ -314,7 +315,8 @@ DORMANT_EXPORT void dormant_destroy(struct dormant *m)
 		return;
 	}
 	pthread_mutex_lock(&m->lock);
-	alloc_destroy_deferred(m);
+	alloc_destroy_deferred(m, &deferred);
+	alloc_failures_log(m, &deferred);
 	while (m->alloc_count)
 		alloc_release(m, m->allocs[--m->alloc_count]);
 	pthread_mutex_unlock(&m->lock);

@@ -54,6 +54,9 @@ struct transition {
 	bool running;                       /* it holds transition_running */
 	bool guard_failed;                  /* sleep: steps did not leave in time */
 	bool settled;                       /* settle() ran */
+	bool restored;                      /* wake: it restored the residue */
+	/* what was freed meanwhile and could not be given back: logged at the end */
+	struct alloc_failures freed;
 	/* a rolled-back sleep's rebuild that failed too: logged at the end */
 	char rebuild_error[DORMANT_ERROR_MAX];
 };
@@ -496,14 +499,17 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	if (result < 0)
 		snprintf(last->error, sizeof(last->error), "%s", dormant_last_error());
 	/* what was freed meanwhile goes last, its failures logged, not the
-	 * transition's */
+	 * transition's: freed during the transition, and (a wake that restored
+	 * the residue: the driver takes frees again) while checkpointed */
 	for (size_t i = 0; i < t->alloc_count; i++) {
 		struct alloc *a = t->allocs[i];
 
 		a->in_transition = false;
 		if (a->doomed)
-			alloc_destroy(m, a);
+			alloc_destroy_into(m, a, &t->freed);
 	}
+	if (t->restored)
+		alloc_destroy_deferred(m, &t->freed);
 }
 
 /*
@@ -544,8 +550,8 @@ static void wake_need(struct transition *t, uint64_t need[DORMANT_DEVICES_MAX])
 }
 
 /* A wake's first step: restore the process's device state if it is
- * checkpointed (into the report's residue part), then destroy what was
- * freed meanwhile. Called without m->lock, with transition_running set. */
+ * checkpointed (into the report's residue part); settle() then destroys what
+ * was freed meanwhile. Called without m->lock, with transition_running set. */
 static int residue_before_wake(struct dormant *m, struct transition *t)
 {
 	struct dormant_residue_step *step = &t->report->residue;
@@ -566,9 +572,8 @@ static int residue_before_wake(struct dormant *m, struct transition *t)
 		/* stuck for good: say so wherever health is read */
 		m->healthy = false;
 		snprintf(m->health_error, sizeof(m->health_error), "%s", dormant_last_error());
-	} else if (r == 0 && step->op[0]) {
-		alloc_destroy_deferred(m); /* restored: the driver takes frees again */
 	}
+	t->restored = r == 0 && step->op[0];
 	pthread_mutex_unlock(&m->lock);
 	return r < 0 ? error_prefix(r, "wake") : 0;
 }
@@ -711,7 +716,7 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 	const struct dormant_residue_step *step = &rep->residue;
 	struct dormant_histogram *h = t->sleep ? &m->sleep_seconds : &m->wake_seconds;
 	struct dormant_transition_stats *last = t->sleep ? &m->last_sleep : &m->last_wake;
-	char residue[DORMANT_ERROR_MAX + 64] = "";
+	char residue[DORMANT_ERROR_MAX + 64] = "", freed[DORMANT_ERROR_MAX + 96] = "";
 	char start_line[512];
 	bool started, start_warning = false;
 	int bucket = 0;
@@ -760,19 +765,26 @@ static void transition_end(struct dormant *m, struct transition *t, int r)
 				 step->seconds);
 		else if (step->op[0] && r == 0)
 			snprintf(residue, sizeof(residue), "; the residue stays: %s", step->error);
+		if (t->freed.count)
+			snprintf(freed, sizeof(freed),
+				 "; freeing what was freed meanwhile: %u failure(s), the first: %s",
+				 t->freed.count, t->freed.first);
 		if (t->totals.warnings) /* the engine's: the first, and how many */
 			log_write(&m->log, DORMANT_LOG_WARNING, "%s: %s (warnings: %u)", kind(t),
 				  t->totals.warning, t->totals.warnings);
-		log_write(&m->log, r == 0 ? DORMANT_LOG_INFO : DORMANT_LOG_ERROR,
+		log_write(&m->log,
+			  r < 0		  ? DORMANT_LOG_ERROR
+			  : t->freed.count ? DORMANT_LOG_WARNING
+					   : DORMANT_LOG_INFO,
 			  "%s: %s in %.3f s, %llu bytes copied at %.1f GB/s, %llu released, "
-			  "%llu zeroed%s%s%s%s%s",
+			  "%llu zeroed%s%s%s%s%s%s",
 			  kind(t), r == 0 ? "done" : "failed", rep->duration_s,
 			  (unsigned long long)rep->bytes_copied, rep->copy_gbps,
 			  (unsigned long long)rep->bytes_released,
 			  (unsigned long long)rep->bytes_zeroed, r == 0 ? "" : ": ",
 			  r == 0 ? "" : dormant_last_error(),
 			  t->rebuild_error[0] ? "; rebuilding after the rollback failed too: " : "",
-			  t->rebuild_error, residue);
+			  t->rebuild_error, residue, freed);
 	}
 
 	pthread_mutex_lock(&m->lock);
