@@ -14,7 +14,6 @@
 int api_transition_run(struct dormant *m, enum api_kind kind, const char *const *tags,
 		       enum dormant_residue_mode residue, json_t **ret_report)
 {
-	char error[DORMANT_ERROR_MAX];
 	struct dormant_report *rep;
 	double call_s;
 	int r;
@@ -34,7 +33,6 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 		rep->result = r;
 		snprintf(rep->error, sizeof(rep->error), "%s", dormant_last_error());
 	}
-	snprintf(error, sizeof(error), "%s", rep->error);
 	*ret_report = api_report_json(kind, rep);
 	/* the after-sleep and after-wake hooks (dormantd's check of what came
 	 * back) run once duration_s is measured, before the answer: their part */
@@ -44,9 +42,9 @@ int api_transition_run(struct dormant *m, enum api_kind kind, const char *const 
 		json_decref(*ret_report);
 		*ret_report = NULL;
 	}
+	/* nothing since sets the thread's error: dormant_last_error() is still
+	 * the transition's */
 	free(rep);
-	if (r < 0) /* whatever ran since, dormant_last_error() tells the transition's */
-		error_set(r, "%s", error);
 	return r;
 }
 

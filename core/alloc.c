@@ -58,3 +58,17 @@ void alloc_destroy_deferred(struct dormant *m, struct alloc_failures *fail)
 		alloc_destroy_into(m, a, fail);
 	}
 }
+
+void alloc_transition_end(struct dormant *m, struct alloc *const *allocs, size_t count,
+			  bool restored, struct alloc_failures *fail)
+{
+	for (size_t i = 0; i < count; i++) {
+		struct alloc *a = allocs[i];
+
+		a->in_transition = false;
+		if (a->doomed)
+			alloc_destroy_into(m, a, fail);
+	}
+	if (restored)
+		alloc_destroy_deferred(m, fail);
+}

@@ -25,6 +25,12 @@ void alloc_destroy(struct dormant *m, struct alloc *a);
 /* Destroy what dormant_free() deferred while checkpointed, failures added to
  * *fail. With m->lock. */
 void alloc_destroy_deferred(struct dormant *m, struct alloc_failures *fail);
+/* A transition's allocations leave it (in_transition cleared): those freed
+ * meanwhile (doomed) are destroyed, and, when it restored the residue (the
+ * driver takes frees again), those deferred while checkpointed; failures
+ * added to *fail. With m->lock. */
+void alloc_transition_end(struct dormant *m, struct alloc *const *allocs, size_t count,
+			  bool restored, struct alloc_failures *fail);
 /* Log the line that says what *fail holds, if anything. */
 void alloc_failures_log(struct dormant *m, const struct alloc_failures *fail);
 

@@ -22,6 +22,18 @@ int manager_check_not_checkpointed(struct dormant *m);
  * waiting (residue_start_take()): after a stats read, and at a transition's
  * end before its own line. Without m->lock. */
 void manager_log_residue_start(struct dormant *m);
+/* Run the hooks of a point until one returns non-zero, adding the time
+ * taken to *seconds (may be NULL). A failure where it fails the transition
+ * (before-sleep, before-wake, after-copies, before-rebuild) is -ECANCELED
+ * with its message, the hook's reason included (dormant_hook_set_error());
+ * elsewhere the hook's own result. Without m->lock (hooks.c). */
+int hooks_run(struct dormant *m, enum dormant_hook_point point, double *seconds);
+/* Run the rebuild callbacks of tags whose memory came back zero-filled: on a
+ * wake every DORMANT_REBUILD tag's with a callback, on a sleep's rollback
+ * those with an item mapped_here; in order, without m->lock. 0 or
+ * -ECANCELED for the first that fails (hooks.c). */
+int hooks_rebuild(struct dormant *m, struct tag *const *tags, size_t tag_count,
+		  const struct engine_item *items, size_t item_count, bool sleep);
 /* Steps may enter: nothing holds the gate and every tag is awake. */
 bool guard_open(struct dormant *m);
 /* Wake steps waiting in dormant_step_enter() to look again. */

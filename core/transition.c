@@ -27,7 +27,8 @@
  * (residue, guard, engine) report; this file logs.
  *
  * The hooks are the transition's own points (before and after each, around
- * the copies and the rebuilds): their registry and hooks_run() are here.
+ * the copies and the rebuilds): hooks.c keeps them and runs them, and the
+ * rebuild callbacks.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -214,145 +215,6 @@ static int collect_items(struct transition *t)
 	return 0;
 }
 
-/* ---- hooks --------------------------------------------------------------- */
-
-DORMANT_EXPORT int dormant_hook_add(struct dormant *m, enum dormant_hook_point point,
-				    dormant_hook_fn fn, void *userdata)
-{
-	int r;
-
-	if (!m || !fn)
-		return error_set(-EINVAL, "manager or hook is NULL");
-	if ((unsigned)point > DORMANT_HOOK_BEFORE_REBUILD)
-		return error_set(-EINVAL, "unknown hook point %d", (int)point);
-	pthread_mutex_lock(&m->lock);
-	if (m->hook_count == HOOKS_MAX) {
-		r = error_set(-ENOSPC, "too many hooks (at most %d)", HOOKS_MAX);
-	} else {
-		r = m->next_hook_id++;
-		m->hooks[m->hook_count++] = (struct hook){ .id = r, .point = point, .fn = fn,
-							   .userdata = userdata };
-	}
-	pthread_mutex_unlock(&m->lock);
-	return r;
-}
-
-DORMANT_EXPORT int dormant_hook_remove(struct dormant *m, int id)
-{
-	int r = -ENOENT;
-
-	if (!m)
-		return error_set(-EINVAL, "manager is NULL");
-	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < m->hook_count; i++) {
-		if (m->hooks[i].id != id)
-			continue;
-		for (size_t j = i + 1; j < m->hook_count; j++)
-			m->hooks[j - 1] = m->hooks[j];
-		m->hook_count--;
-		r = 0;
-		break;
-	}
-	pthread_mutex_unlock(&m->lock);
-	if (r < 0)
-		return error_set(r, "no hook %d", id);
-	return 0;
-}
-
-DORMANT_EXPORT int dormant_hook_set_error(const char *message)
-{
-	if (!message)
-		return error_set(-EINVAL, "message is NULL");
-	/* the thread's error buffer is what a failing transition reads */
-	error_set(-ECANCELED, "%s", message);
-	return 0;
-}
-
-/* What a hook's failure does at each point: the failed transition's words. */
-static const char *const hook_failure[] = {
-	[DORMANT_HOOK_BEFORE_SLEEP] = "a before-sleep hook cancelled the sleep",
-	[DORMANT_HOOK_BEFORE_WAKE] = "a before-wake hook cancelled the wake",
-	[DORMANT_HOOK_AFTER_COPIES] = "an after-copies hook failed",
-	[DORMANT_HOOK_BEFORE_REBUILD] = "a before-rebuild hook failed",
-};
-
-/* Run the hooks of a point until one returns non-zero, adding the time
- * taken to *seconds (may be NULL). A failure where it fails the transition
- * (before-sleep, before-wake, after-copies, before-rebuild) is -ECANCELED
- * with its message, the hook's reason included (dormant_hook_set_error());
- * elsewhere the hook's own result. Called without m->lock. */
-static int hooks_run(struct dormant *m, enum dormant_hook_point point, double *seconds)
-{
-	const char *failure = (size_t)point < ARRAY_SIZE(hook_failure) ? hook_failure[point] : NULL;
-	double start = now_monotonic_s();
-	struct hook hooks[HOOKS_MAX];
-	char why[DORMANT_ERROR_MAX];
-	size_t count = 0;
-	int r = 0;
-
-	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < m->hook_count; i++)
-		if (m->hooks[i].point == point)
-			hooks[count++] = m->hooks[i];
-	pthread_mutex_unlock(&m->lock);
-	if (failure)
-		error_clear(); /* what a failing hook says (dormant_hook_set_error()) */
-	for (size_t i = 0; i < count && r == 0; i++)
-		r = hooks[i].fn(m, point, hooks[i].userdata);
-	if (seconds)
-		*seconds += now_monotonic_s() - start;
-	if (r == 0 || !failure)
-		return r;
-	snprintf(why, sizeof(why), "%s", dormant_last_error());
-	return error_set(-ECANCELED, "%s (it returned %d)%s%s", failure, r, why[0] ? ": " : "",
-			 why);
-}
-
-/* Run the rebuild callbacks of the transition's DORMANT_REBUILD tags (on a
- * sleep's rollback: only of those whose memory came back zero-filled), in
- * order, without the lock. Returns 0 or -ECANCELED for the first that
- * fails. */
-static int run_rebuilds(struct dormant *m, struct transition *t)
-{
-	int r = 0;
-
-	pthread_mutex_lock(&m->lock);
-	m->rebuilding = true;
-	for (size_t i = 0; i < t->tag_count && r == 0; i++) {
-		struct tag *tag = t->tags[i];
-		dormant_rebuild_fn fn = tag->rebuild_fn;
-		void *userdata = tag->rebuild_userdata;
-		bool needed = !t->sleep;
-		char name[DORMANT_TAG_MAX + 1];
-		int result;
-
-		if (tag->policy != DORMANT_REBUILD || !fn)
-			continue;
-		for (size_t k = 0; k < t->item_count && !needed; k++)
-			needed = t->items[k].owner.held == &tag->held && /* of this tag */
-				 t->items[k].policy == DORMANT_REBUILD &&
-				 t->items[k].mapped_here;
-		if (!needed)
-			continue;
-		memcpy(name, tag->name, sizeof(name));
-		pthread_mutex_unlock(&m->lock);
-		error_clear();
-		result = fn(m, name, userdata);
-		if (result != 0) {
-			/* a copy: dormant_last_error() is the buffer error_set() writes */
-			char why[DORMANT_ERROR_MAX];
-
-			snprintf(why, sizeof(why), "%s", dormant_last_error());
-			r = error_set(-ECANCELED, "rebuilding tag '%s' failed (its callback returned %d)%s%s",
-				      name, result, why[0] ? ": " : "", why);
-		}
-		pthread_mutex_lock(&m->lock);
-	}
-	m->rebuilding = false;
-	pthread_mutex_unlock(&m->lock);
-	return r;
-}
-
 /* How many of the manager's tags are in state. Called with m->lock. (The
  * guard's guard_open() asks the same of DORMANT_AWAKE with a loop of its
  * own: a shared one in manager_state.h would send a reader of a sleep there
@@ -501,15 +363,7 @@ static void settle(struct dormant *m, struct transition *t, int result)
 	/* what was freed meanwhile goes last, its failures logged, not the
 	 * transition's: freed during the transition, and (a wake that restored
 	 * the residue: the driver takes frees again) while checkpointed */
-	for (size_t i = 0; i < t->alloc_count; i++) {
-		struct alloc *a = t->allocs[i];
-
-		a->in_transition = false;
-		if (a->doomed)
-			alloc_destroy_into(m, a, &t->freed);
-	}
-	if (t->restored)
-		alloc_destroy_deferred(m, &t->freed);
+	alloc_transition_end(m, t->allocs, t->alloc_count, t->restored, &t->freed);
 }
 
 /*
@@ -654,7 +508,7 @@ static int transition_move(struct dormant *m, struct transition *t)
 		char message[DORMANT_ERROR_MAX];
 
 		snprintf(message, sizeof(message), "%s", dormant_last_error());
-		if (run_rebuilds(m, t) < 0)
+		if (hooks_rebuild(m, t->tags, t->tag_count, t->items, t->item_count, t->sleep) < 0)
 			snprintf(t->rebuild_error, sizeof(t->rebuild_error), "%s",
 				 dormant_last_error());
 		error_set(r, "%s", message);
@@ -665,7 +519,8 @@ static int transition_move(struct dormant *m, struct transition *t)
 		if (r == 0) {
 			double rebuild = now_monotonic_s();
 
-			r = run_rebuilds(m, t);
+			r = hooks_rebuild(m, t->tags, t->tag_count, t->items, t->item_count,
+					  t->sleep);
 			t->totals.times.rebuild_s += now_monotonic_s() - rebuild;
 		}
 		engine_wake_end(&m->engine, t->items, t->item_count, &t->totals, r == 0);

@@ -258,8 +258,8 @@ FLOORS = {
         {"warmup_state", "residue", "residue_proto", "options", "slab", "util", "version"},
         {"manager_state"},
         {"alloc"},
-        {"manager", "warmup", "guard", "backup", "torch", "transition", "manager_verify",
-         "residue_helper", "support"},
+        {"manager", "warmup", "guard", "hooks", "backup", "torch", "transition",
+         "manager_verify", "residue_helper", "support"},
     ],
 }
 
