@@ -137,11 +137,20 @@ struct engine_totals {
 	char warning[DORMANT_ERROR_MAX];
 };
 
+/* A job for the workers, the first member of each: the functions below that
+ * queue one put it on a list (*jobs), which engine_jobs_submit() hands to
+ * the workers. */
+struct engine_job {
+	struct engine_job *next;
+	void (*run)(void *job);
+};
+
 /* Host mode reclaimable: a chunk's unpin and MADV_FREE, on a worker
  * (engine_copies_done() queues it). It works on a copy of the buffer: the
  * chunk's owner waits for done before touching the buffer
  * (engine_host_settle()). */
 struct reclaim_job {
+	struct engine_job job;
 	struct engine *e;
 	struct hostbuf buffer;
 	struct held_bytes *held;
@@ -230,23 +239,23 @@ bool engine_pinned_awake_reserve(struct engine *e, size_t size);
  * false when there is none. One budget for the devices that sleep at once;
  * the next sleep starts it again. */
 bool engine_sleep_pin_reserve(struct engine *e, size_t size);
-/* Give a host copy back; unmapping gigabytes takes a while, so it happens on
- * a worker thread and the host bytes fall when it is done. */
-void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c);
-/* Remove a chunk's disk copy without waiting for the file system: the copy
- * is gone at once (its name out of the directory, its bytes out of the
- * disk bytes) and a worker gives its space back (closing a wake's file of
- * gigabytes takes the file system a while: 0.29 s a GiB for ext4 on a
- * virtual disk). engine_disk_closings_wait() waits for that. */
-void engine_disk_release_later(struct engine *e, struct held_bytes *held, struct chunk *c);
-/* Wait until the space of every disk copy so removed is given back (a sleep
- * that makes disk copies, before it allocates theirs). */
+/* Give a host copy back, its unpin settled (engine_host_settle()): unmapping
+ * gigabytes takes a while, so it happens on a worker thread (a job queued on
+ * *jobs) and the host bytes fall when it is done; without memory for the
+ * job, here and now. */
+void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c,
+			 struct engine_job **jobs);
+/* Hand the jobs queued on a list to the workers. */
+void engine_jobs_submit(struct engine *e, struct engine_job *jobs);
+/* Wait until the space of every disk copy a wake removed is given back (a
+ * sleep that makes disk copies, before it allocates theirs). */
 void engine_disk_closings_wait(struct engine *e);
 /* The copies of items that no wake needs any more, once the data is on the
  * device: each chunk's host copy as the host mode says (retain keeps it,
  * release frees it on a worker, reclaimable unpins it on a worker or keeps
  * it pinned under reclaimable_pinned_bytes) and its disk copy removed
- * (engine_disk_release_later()). That is every item's chunk on the device
+ * without waiting for the file system (its file closed on a worker). The
+ * workers get these jobs at the end, at once. That is every item's chunk on the device
  * now: first those a wake (or a sleep's rollback) mapped (mapped_here), whose
  * retained host copy (retain mode, its hash known) now holds what the device
  * has; then, after a sleep rolled back, those that never left the device. One call, each chunk once: the

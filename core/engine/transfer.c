@@ -519,6 +519,17 @@ static bool pin_chunk(struct engine *e, const struct chunk *c, uint64_t *seen, u
 	return pin;
 }
 
+/* A host copy no sleep keeps, freed on a worker (engine_host_release()),
+ * once a reclaimable one's unpin is done. */
+static void host_release(struct engine *e, struct engine_item *it)
+{
+	struct engine_job *jobs = NULL;
+
+	engine_host_settle(e, &it->chunk->host);
+	engine_host_release(e, it->owner.held, it->chunk, &jobs);
+	engine_jobs_submit(e, jobs);
+}
+
 /* Choose the chunks of device d whose host copies this sleep pins (it->pin),
  * before their buffers are made: those are faulted in ahead (prepare.c), as
  * registering untouched memory takes about five times as long (0.18 s per
@@ -592,14 +603,14 @@ static int sleep_device(struct engine *e, int d, struct engine_item *items, size
 			t->skipped += c->plan.skipped;
 			/* a retained host copy would hold nothing now */
 			if (c->host.ptr)
-				engine_host_release(e, it->owner.held, c);
+				host_release(e, it);
 			engine_disk_release(it->owner.held, c);
 			continue;
 		}
 		if (engine_item_disk(it)) {
 			/* kept in host memory before its policy became disk */
 			if (c->host.ptr)
-				engine_host_release(e, it->owner.held, c);
+				host_release(e, it);
 		} else {
 			wait = now_monotonic_s();
 			r = prep_wait(&prep, it);
@@ -902,12 +913,9 @@ static int wake_device(struct engine *e, int d, struct engine_item *items, size_
 void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
 		     struct engine_totals *t, bool done)
 {
-	if (done) {
-		engine_copies_done(e, items, count);
-		return;
-	}
-	/* what it mapped goes back (mapped_here); the host copies stay */
-	for (size_t i = 0; i < count; i++) {
+	/* not done: what it mapped goes back (mapped_here); the host copies
+	 * stay */
+	for (size_t i = 0; i < count && !done; i++) {
 		struct engine_item *it = &items[i];
 
 		if (!it->mapped_here)
@@ -920,6 +928,8 @@ void engine_wake_end(struct engine *e, struct engine_item *items, size_t count,
 		it->change->bytes_mapped -= it->chunk->size;
 		t->mapped -= it->chunk->size;
 	}
+	if (done)
+		engine_copies_done(e, items, count);
 }
 
 /* Every device at once; on failure, what any of them mapped is given back. */
