@@ -354,6 +354,32 @@ Test(residue, nothing_reaches_the_device_while_checkpointed)
 	dormant_destroy(m);
 }
 
+/* A free while checkpointed waits for the restore; the wake that restores
+ * ends it with the rest of what it no longer needs. */
+Test(residue, a_free_while_checkpointed_gives_its_copy_back_at_the_wake)
+{
+	struct dormant *m = checkpointing("host_mode=release");
+	void *weights, *grads, *spare;
+	uint64_t held;
+
+	trainer(m, &weights, &grads);
+	cr_assert_eq(dormant_alloc(m, "weights", 8 * MiB, &spare), 0);
+	fill(m, spare, 8 * MiB, 3);
+	cr_assert_eq(dormant_sleep(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_assert_eq(residue(m).state, DORMANT_RESIDUE_CHECKPOINTED);
+	held = stats(m)->host_bytes;
+	cr_expect_geq(held, 32 * MiB, "the weights' copies and the spare's");
+
+	cr_expect_eq(dormant_free(m, spare), 0);
+	cr_expect_eq(stats(m)->host_bytes, held, "its copy stays until the restore");
+	cr_assert_eq(dormant_wake(m, NULL, NULL), 0, "%s", dormant_last_error());
+	cr_expect(holds(m, weights, 24 * MiB, 1));
+	cr_expect_eq(host_bytes_settled(m, 0), 0,
+		     "release mode: every copy given back, the freed spare's too");
+	cr_expect_eq(residue(m).calls_while_checkpointed, 0);
+	dormant_destroy(m);
+}
+
 Test(residue, a_failed_checkpoint_leaves_the_sleep_done_and_the_next_sleep_retries)
 {
 	struct dormant *m = checkpointing(NULL);
