@@ -326,3 +326,17 @@ def test_what_links_the_core_sees_its_public_header_only():
                    if not p.relative_to(REPO).parts[0].startswith(("build", ".")) and
                    "core_private_dep" in p.read_text() and p.parent != CORE)
     assert users == ["bench/meson.build"], users
+
+
+def test_every_tsan_scenario_is_a_test_of_its_own():
+    # tests/tsan/meson.build runs each scenario of the driver as a test of
+    # its own: a scenario missing from its list would never run in CI
+    driver = (REPO / "tests/tsan/tsan_driver.c").read_text()
+    table = driver[driver.index("} scenarios[] = {"):]
+    table = table[:table.index("};")]
+    in_driver = re.findall(r'\{ "([a-z_]+)", scenario_', table)
+    build = (REPO / "tests/tsan/meson.build").read_text()
+    listed = re.findall(r"'([a-z_]+)'", build[build.index("tsan_scenarios = ["):
+                                                build.index("]", build.index("tsan_scenarios"))])
+    assert in_driver, "no scenarios read from tsan_driver.c"
+    assert listed == in_driver, (listed, in_driver)

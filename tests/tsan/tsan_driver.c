@@ -929,6 +929,16 @@ int main(int argc, char **argv)
 	int bad = 0, n = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (int a = 1; a < argc; a++) {
+		bool known = false;
+
+		for (size_t i = 0; i < count; i++)
+			known |= strcmp(argv[a], scenarios[i].name) == 0;
+		if (!known) {
+			fprintf(stderr, "test-tsan: no scenario '%s'\n", argv[a]);
+			return 2;
+		}
+	}
 	printf("1..%d\n", argc > 1 ? argc - 1 : (int)count);
 	for (size_t i = 0; i < count; i++) {
 		bool wanted = argc == 1;
