@@ -203,10 +203,20 @@ static void later(struct engine_job **jobs, struct engine_pending *pending,
 
 void engine_jobs_submit(struct engine *e, struct engine_job *jobs)
 {
+	struct engine_job *queued = NULL;
+
+	/* in the order they were queued */
 	while (jobs) {
 		struct engine_job *job = jobs;
 
-		jobs = job->next; /* before the job runs, and maybe frees itself */
+		jobs = job->next;
+		job->next = queued;
+		queued = job;
+	}
+	while (queued) {
+		struct engine_job *job = queued;
+
+		queued = job->next; /* before the job runs, and maybe frees itself */
 		workers_submit(e->workers, job->run, job);
 	}
 }
@@ -279,6 +289,11 @@ static void disk_release_later(struct engine *e, struct held_bytes *held, struct
 
 void engine_disk_closings_wait(struct engine *e)
 {
+	pthread_mutex_lock(&e->disk_closings.lock);
+	if (e->disk_closings.count)
+		log_write(&e->log, DORMANT_LOG_DEBUG, "waiting for %u disk copies' closing",
+			  e->disk_closings.count);
+	pthread_mutex_unlock(&e->disk_closings.lock);
 	pending_wait(&e->disk_closings);
 }
 

@@ -245,7 +245,7 @@ bool engine_sleep_pin_reserve(struct engine *e, size_t size);
  * job, here and now. */
 void engine_host_release(struct engine *e, struct held_bytes *held, struct chunk *c,
 			 struct engine_job **jobs);
-/* Hand the jobs queued on a list to the workers. */
+/* Hand the jobs queued on a list to the workers, in the order queued. */
 void engine_jobs_submit(struct engine *e, struct engine_job *jobs);
 /* Wait until the space of every disk copy a wake removed is given back (a
  * sleep that makes disk copies, before it allocates theirs). */

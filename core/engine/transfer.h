@@ -20,7 +20,7 @@
  *                which engine_wake_end() calls) (state.h);
  *  - transfer.c: on top, this interface: sleep (and its rollback), wake (and
  *                its end, commit or undo, engine_wake_end()).
- * The engine logs nothing (but three debug traces of reclaimable unpins): what
+ * The engine logs nothing (but debug traces of the waits for its workers): what
  * went wrong without failing a transition is counted in its totals, the
  * first warning's text kept (engine_warn()), for the manager to log.
  * Doors open one way: transfer.c calls the stages, the stages call state.c

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -36,6 +37,7 @@ struct hold {
 	bool timed_out;   /* nobody came for the held one */
 	bool waited;      /* something said that it waits for an unpin */
 	bool released_by_wait; /* ... while one was held */
+	bool closing_waited;   /* something said that it waits for disk closings */
 	bool release;
 	unsigned warnings;
 	char warning[512];
@@ -55,7 +57,9 @@ static void hold_log(enum dormant_log_level level, const char *message, void *us
 		h->warnings++;
 		snprintf(h->warning, sizeof(h->warning), "%s", message);
 	}
-	if (strstr(message, "waiting for") && strstr(message, "unpin")) {
+	if (strstr(message, "waiting for") && strstr(message, "closing"))
+		h->closing_waited = true;
+	if (strstr(message, "waiting for") && (strstr(message, "unpin") || strstr(message, "closing"))) {
 		h->waited = true;
 		/* the held one, or (later) another still running */
 		h->released_by_wait |= h->held;
@@ -87,7 +91,7 @@ static void hold_arm(void)
 {
 	pthread_mutex_lock(&hold.lock);
 	hold.hold_next = true;
-	hold.waited = hold.released_by_wait = hold.timed_out = false;
+	hold.waited = hold.released_by_wait = hold.timed_out = hold.closing_waited = false;
 	pthread_mutex_unlock(&hold.lock);
 }
 
@@ -230,6 +234,43 @@ Test(reclaim, the_end_of_the_manager_waits_for_a_pending_unpin)
 	cr_expect(hold.waited && hold.released_by_wait, "the end waited for the unpin");
 	pthread_mutex_unlock(&hold.lock);
 	cr_expect_eq(warnings(), 0, "last warning: %s", hold.warning);
+}
+
+/* A wake removes its disk copies at once and a worker closes their files:
+ * the next sleep that makes disk copies waits for those closings first (a
+ * full disk would refuse it for space still being freed). One worker, held
+ * in the wake's unpin, keeps the closing queued behind it. */
+Test(reclaim, a_sleep_that_makes_disk_copies_waits_for_the_last_wakes_closings)
+{
+	static const char *const cold[] = { "cold", NULL };
+	char dir[] = "/tmp/dormant-reclaim-XXXXXX", options[256];
+	struct dormant_report rep;
+	struct dormant *m;
+	void *p;
+
+	cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+	snprintf(options, sizeof(options), "host_mode=reclaimable,copy_threads=1,disk_dir=%s",
+		 dir);
+	m = held_manager(options);
+	kept_alloc(m, SIZE, 9);
+	cr_assert_eq(dormant_set_policy(m, "cold", DORMANT_DISK), 0);
+	cr_assert_eq(dormant_alloc(m, "cold", CHUNK, &p), 0, "%s", dormant_last_error());
+	fill(m, p, CHUNK, 10);
+
+	cycle_held(m); /* the one worker holds an unpin; the closing waits behind it */
+	cr_expect_eq(tag_stats(stats(m), "cold")->disk_bytes, 0, "the copy is gone at the wake");
+	fill(m, p, CHUNK, 11);
+	cr_assert_eq(dormant_sleep(m, cold, &rep), 0, "%s", rep.error);
+	pthread_mutex_lock(&hold.lock);
+	cr_expect(hold.closing_waited && hold.released_by_wait,
+		  "the sleep waited for the last wake's closing, the worker still held");
+	cr_expect(!hold.timed_out);
+	pthread_mutex_unlock(&hold.lock);
+	cr_expect_eq(tag_stats(stats(m), "cold")->disk_bytes, CHUNK);
+	cr_assert_eq(dormant_wake(m, cold, &rep), 0, "%s", rep.error);
+	cr_expect(holds(m, p, CHUNK, 11));
+	expect_clean_end(m);
+	rmdir(dir);
 }
 
 Test(reclaim, a_host_mode_switch_waits_for_pending_unpins)
