@@ -221,9 +221,18 @@ void engine_jobs_submit(struct engine *e, struct engine_job *jobs)
 	}
 }
 
-static void pending_wait(struct engine_pending *p)
+/* Wait until none of p's jobs is left, saying so in a debug line first if
+ * any is ("waiting for N <what>"). */
+static void pending_wait(struct engine *e, struct engine_pending *p, const char *what)
 {
 	pthread_mutex_lock(&p->lock);
+	if (p->count) {
+		unsigned count = p->count;
+
+		pthread_mutex_unlock(&p->lock);
+		log_write(&e->log, DORMANT_LOG_DEBUG, "waiting for %u %s", count, what);
+		pthread_mutex_lock(&p->lock);
+	}
 	while (p->count)
 		pthread_cond_wait(&p->cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
@@ -289,12 +298,7 @@ static void disk_release_later(struct engine *e, struct held_bytes *held, struct
 
 void engine_disk_closings_wait(struct engine *e)
 {
-	pthread_mutex_lock(&e->disk_closings.lock);
-	if (e->disk_closings.count)
-		log_write(&e->log, DORMANT_LOG_DEBUG, "waiting for %u disk copies' closing",
-			  e->disk_closings.count);
-	pthread_mutex_unlock(&e->disk_closings.lock);
-	pending_wait(&e->disk_closings);
+	pending_wait(e, &e->disk_closings, "disk copies' closing");
 }
 
 /* Add size to *held unless that would take it past max, from any thread:
@@ -379,12 +383,7 @@ static void reclaim_run(void *arg)
 
 void engine_reclaims_wait(struct engine *e)
 {
-	pthread_mutex_lock(&e->reclaims.lock);
-	if (e->reclaims.count)
-		log_write(&e->log, DORMANT_LOG_DEBUG, "waiting for %u host copies' unpin",
-			  e->reclaims.count);
-	pthread_mutex_unlock(&e->reclaims.lock);
-	pending_wait(&e->reclaims);
+	pending_wait(e, &e->reclaims, "host copies' unpin");
 }
 
 /* Host mode reclaimable: whether c's host copy stays pinned while awake (it
