@@ -306,8 +306,10 @@ Test(disk, a_tag_holds_one_file_and_one_descriptor_however_many_chunks)
 		struct scene s;
 		void *other;
 		int awake;
+		bool host;
 
 		scene_make(&s, named ? "disk_names=true" : "");
+		host = on_host(s.m);
 		cr_assert_eq(dormant_set_policy(s.m, "cold2", DORMANT_DISK), 0);
 		cr_assert_eq(dormant_alloc(s.m, "cold2", 9 * MiB, &other), 0);
 		fill(s.m, other, 9 * MiB, 7);
@@ -334,8 +336,13 @@ Test(disk, a_tag_holds_one_file_and_one_descriptor_however_many_chunks)
 			cr_expect(holds(s.m, other, 9 * MiB, 7), "the second tag's allocation lost");
 		}
 		dormant_destroy(s.m);
-		cr_expect_eq(fd_count(), before, "named=%d: every descriptor closed by the end",
-			     named);
+		/* the disk copies' descriptors, not the process's: a CUDA driver
+		 * keeps the ones it opened at its first use (/dev/nvidia*) */
+		cr_expect_eq(disk_fds().count, 0, "named=%d: every disk descriptor closed by "
+			     "the end", named);
+		if (host)
+			cr_expect_eq(fd_count(), before, "named=%d: and nothing else left open",
+				     named);
 	}
 }
 
