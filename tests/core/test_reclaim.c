@@ -51,15 +51,16 @@ static struct hold hold = {
 static void hold_log(enum dormant_log_level level, const char *message, void *userdata)
 {
 	struct hold *h = userdata;
+	bool waiting = strstr(message, "waiting for");
+	bool closing = waiting && strstr(message, "closing");
 
 	pthread_mutex_lock(&h->lock);
 	if (level <= DORMANT_LOG_WARNING) {
 		h->warnings++;
 		snprintf(h->warning, sizeof(h->warning), "%s", message);
 	}
-	if (strstr(message, "waiting for") && strstr(message, "closing"))
-		h->closing_waited = true;
-	if (strstr(message, "waiting for") && (strstr(message, "unpin") || strstr(message, "closing"))) {
+	h->closing_waited |= closing;
+	if (closing || (waiting && strstr(message, "unpin"))) {
 		h->waited = true;
 		/* the held one, or (later) another still running */
 		h->released_by_wait |= h->held;
