@@ -158,7 +158,7 @@ Test(basics, retain_keeps_host_buffers_release_gives_them_back)
 		else
 			cr_expect_eq(host_bytes_settled(m, 0), 0, "release gives them back");
 		cr_expect(holds(m, w, 6 * MiB, 7));
-		cr_expect_eq(dormant_host_mode(m), mode);
+		cr_expect_eq((int)dormant_host_mode(m), mode);
 		dormant_destroy(m);
 	}
 }
