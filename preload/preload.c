@@ -376,6 +376,8 @@ static void start_locked(void)
 			r = dormant_server_options_set(server_opts, "listen", listen);
 		if (r == 0)
 			r = dormant_server_options_set_int(server_opts, "quiet", 1);
+		if (r == 0) /* its warnings, as the manager's */
+			r = dormant_server_options_set_log(server_opts, manager_log, NULL);
 		if (r == 0)
 			r = dormant_server_options_set_stats_extra(server_opts, stats_extra, NULL);
 		if (r == 0)

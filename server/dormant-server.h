@@ -8,9 +8,10 @@
  * See openapi.yaml for the contract.
  *
  * Conventions as in dormant.h: 0 or a negative errno, message in
- * dormant_last_error(), never exits or prints (except the access log, which
- * goes to stderr unless quiet is set, and one line on stderr at start when
- * faults are armed or a server beyond loopback has no token).
+ * dormant_last_error(), never exits or prints. The access log (a line per
+ * request, unless quiet is set) and the warnings at start (faults armed, a
+ * server beyond loopback without a token) go to the log callback given with
+ * dormant_server_options_set_log(), and nowhere without one.
  */
 #ifndef DORMANT_SERVER_H
 #define DORMANT_SERVER_H
@@ -51,8 +52,8 @@ struct dormant_server;
  *                           unless insecure_no_auth. A token starting with
  *                           REPLACE-ME (deploy's placeholder) is refused
  *   insecure_no_auth        bool, default $DORMANT_INSECURE_NO_AUTH, else false:
- *                           serve without a token on any address (a warning line
- *                           on stderr at start)
+ *                           serve without a token on any address (a warning to
+ *                           the log callback at start)
  *   open_probes             bool: /healthz, /readyz, /metrics open when a token is set
  *   threads                 1 to 256, default 4: threads that answer requests (a
  *                           sleep or wake runs on a thread of its own meanwhile)
@@ -74,15 +75,17 @@ struct dormant_server;
  *   request_timeout_s       1 to 86400, default 10: seconds a connection has, from
  *                           its opening or its previous answer, to deliver a whole
  *                           request (line, headers, body)
- *   quiet                   bool: no access log on stderr
+ *   quiet                   bool: no access log (no line per request to the log
+ *                           callback)
  *   faults                  the fault switch, a test tool: rules
  *                           "WHEN:OP[:NTH[:ERROR[:TIMES]]]" separated by commas
  *                           (docs/testing.md), e.g. "wake:create" or
  *                           "sleep:copy:2:EIO:0"; default none, never from the
  *                           environment ($DORMANT_FAULTS is ignored, with a warning
- *                           on stderr). Rules that could never fire (sleep:create,
- *                           sleep:map, wake:host-alloc) are refused. Armed: a line
- *                           on stderr at start, "faults" in /stats,
+ *                           to the log callback). Rules that could never fire
+ *                           (sleep:create, sleep:map, wake:host-alloc) are refused.
+ *                           Armed: a warning to the log callback at start,
+ *                           "faults" in /stats,
  *                           dormant_faults_armed in /metrics
  *   publish                 0 (default), 1 or an absolute directory: publish a
  *                           discovery record at start (dormant_server_publish());
@@ -126,6 +129,15 @@ DORMANT_EXPORT int dormant_server_options_set_stats_extra(struct dormant_server_
 DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_server_options *o,
 							    dormant_metrics_extra_fn fn,
 							    void *userdata);
+
+/* Where the server's lines go: the access log, one line per completed
+ * request at DORMANT_LOG_INFO ("POST /sleep 200 312.418 ms", method and path
+ * with control bytes escaped; none when quiet), and the warnings at start at
+ * DORMANT_LOG_WARNING. fn is called from the server's threads, several at
+ * once, and from dormant_server_start(); it must not call into this server.
+ * fn NULL (the default): the lines are dropped. -EINVAL for NULL options. */
+DORMANT_EXPORT int dormant_server_options_set_log(struct dormant_server_options *o,
+						  dormant_log_fn fn, void *userdata);
 
 /* The options this library knows, for i from 0 until the name is NULL: the
  * name, the type ("text", "int" or "bool"), the default (as text, or how it

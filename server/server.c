@@ -68,6 +68,8 @@ struct dormant_server {
 	char *token;
 	bool open_probes;
 	bool quiet;
+	dormant_log_fn log; /* the access log and the start's warnings; NULL: none */
+	void *log_userdata;
 	struct listener listener; /* listen.c: the socket, port, url */
 	struct fault_switch faults;
 	char *faults_text; /* its rules when armed: /stats, /metrics */
@@ -634,6 +636,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
 	return request_answer(s, connection, rq, method);
 }
 
+/* One line to the log callback, if there is one: the library never prints. */
+static void server_log(const struct dormant_server *s, enum dormant_log_level level,
+		       const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	if (!s->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	s->log(level, line, s->log_userdata);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
@@ -653,12 +670,10 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
 		free(rq);
 		return;
 	}
-	if (!s->quiet) {
-		/* one fprintf: stdio locks the stream, so lines never mix */
-		fprintf(stderr, "dormant: %s %s %d %.3f ms%s\n", rq->method, rq->path,
-			rq->status ? rq->status : 0, (now_monotonic_s() - rq->start_s) * 1e3,
-			toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
-	}
+	if (!s->quiet)
+		server_log(s, DORMANT_LOG_INFO, "%s %s %d %.3f ms%s", rq->method, rq->path,
+			   rq->status ? rq->status : 0, (now_monotonic_s() - rq->start_s) * 1e3,
+			   toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
 	api_response_finish(&rq->deferred);
 	free(rq->params);
 	free(rq->body);
@@ -752,6 +767,8 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	s->listener.fd = -1;
 	s->open_probes = o.open_probes;
 	s->quiet = o.quiet;
+	s->log = o.log;
+	s->log_userdata = o.log_userdata;
 	s->api.manager = m;
 	s->api.stats_extra = o.stats_extra;
 	s->api.stats_extra_userdata = o.stats_extra_userdata;
@@ -777,9 +794,10 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	if (r < 0)
 		goto err;
 	if (!s->token && !s->listener.local)
-		fprintf(stderr, "dormant: warning: no authentication on %s (insecure_no_auth): "
-				"anyone who reaches it can sleep and wake this trainer\n",
-			s->listener.url);
+		server_log(s, DORMANT_LOG_WARNING,
+			   "no authentication on %s (insecure_no_auth): anyone who reaches it can "
+			   "sleep and wake this trainer",
+			   s->listener.url);
 
 	r = faults_install(&s->faults, m);
 	if (r < 0)
@@ -792,11 +810,12 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		}
 		s->api.faults = s->faults_text;
 		/* never silent, quiet or not: sleeps and wakes will fail */
-		fprintf(stderr, "dormant: warning: fault injection armed (a test tool): %s\n",
-			s->faults_text);
+		server_log(s, DORMANT_LOG_WARNING, "fault injection armed (a test tool): %s",
+			   s->faults_text);
 	} else if (getenv("DORMANT_FAULTS") && *getenv("DORMANT_FAULTS")) {
-		fprintf(stderr, "dormant: warning: $DORMANT_FAULTS is ignored: faults are armed "
-				"only by the faults option (dormantd --fault)\n");
+		server_log(s, DORMANT_LOG_WARNING,
+			   "$DORMANT_FAULTS is ignored: faults are armed only by the faults option "
+			   "(dormantd --fault)");
 	}
 	if (fstat(s->listener.fd, &listen_st) < 0) {
 		r = socket_errno(errno, "checking the socket of", s->listener.url);

@@ -106,7 +106,7 @@ static const struct option_row options[] = {
 	{
 		.name = "quiet", .type = OPTION_BOOL, .offset = FIELD(quiet),
 		.default_value = "false",
-		.doc = "no access log on stderr",
+		.doc = "no access log: no line per request to the log callback",
 	},
 	{
 		/* no environment variable: one inherited by a pod would make its
@@ -295,6 +295,16 @@ DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_serve
 	return 0;
 }
 
+DORMANT_EXPORT int dormant_server_options_set_log(struct dormant_server_options *o,
+						  dormant_log_fn fn, void *userdata)
+{
+	if (!o)
+		return error_set(-EINVAL, "the options are NULL");
+	o->log = fn;
+	o->log_userdata = userdata;
+	return 0;
+}
+
 static int options_set_pair(void *o, const char *name, const char *value)
 {
 	return dormant_server_options_set(o, name, value);
@@ -383,6 +393,8 @@ static int rows_resolve(const struct dormant_server_options *o, struct dormant_s
 		r.stats_extra_userdata = o->stats_extra_userdata;
 		r.metrics_extra = o->metrics_extra;
 		r.metrics_extra_userdata = o->metrics_extra_userdata;
+		r.log = o->log;
+		r.log_userdata = o->log_userdata;
 		r.set = o->set;
 	}
 	*ret = r;

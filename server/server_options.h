@@ -35,6 +35,8 @@ struct dormant_server_options {
 	void *stats_extra_userdata;
 	dormant_metrics_extra_fn metrics_extra;
 	void *metrics_extra_userdata;
+	dormant_log_fn log;
+	void *log_userdata;
 	uint64_t set;      /* rows the caller set */
 	uint64_t from_env; /* resolved only: rows read from their environment variable */
 };

@@ -120,6 +120,17 @@ static void on_log(enum dormant_log_level level, const char *message, void *user
 	fprintf(stderr, "dormantd: %s: %s\n", names[level], message);
 }
 
+/* The server's lines: its access log as "dormant: POST /sleep 200 3.1 ms"
+ * (the server drops it when quiet), its warnings as "dormant: warning: ...".
+ * One fprintf a line: stdio locks the stream, so lines of the server's
+ * threads never mix. */
+static void on_server_log(enum dormant_log_level level, const char *message, void *userdata)
+{
+	(void)userdata;
+	fprintf(stderr, "dormant: %s%s\n", level <= DORMANT_LOG_WARNING ? "warning: " : "",
+		message);
+}
+
 /* One option of a table: name, type, default, variable, and the doc line
  * wrapped at 78 columns under a 4-space indent. */
 static void option_usage(FILE *f, const char *name, const char *type, const char *def,
@@ -921,6 +932,8 @@ static int server_options_fill(struct demo *d, struct dormant_server_options **r
 		r = dormant_server_options_set_int(o, "quiet", 1);
 	if (r == 0 && c->server_options[0])
 		r = dormant_server_options_parse(o, c->server_options);
+	if (r == 0)
+		r = dormant_server_options_set_log(o, on_server_log, NULL);
 	if (r == 0)
 		r = dormant_server_options_set_stats_extra(o, stats_extra, d);
 	if (r == 0)

@@ -118,6 +118,7 @@ _PROTOTYPES = {
     "dormant_server_options_get": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
     "dormant_server_options_set_stats_extra": (c_int, [c_void_p, EXTRA_FN, c_void_p]),
     "dormant_server_options_set_metrics_extra": (c_int, [c_void_p, EXTRA_FN, c_void_p]),
+    "dormant_server_options_set_log": (c_int, [c_void_p, LOG_FN, c_void_p]),
     "dormant_server_option_name": (c_char_p, [c_size_t]),
     "dormant_server_option_type": (c_char_p, [c_size_t]),
     "dormant_server_option_default": (c_char_p, [c_size_t]),

@@ -92,6 +92,18 @@ def _server_option_text(name, value):
     return _option_text(name, value)
 
 
+_server_logger = logging.getLogger("dormant.server")
+
+
+def _server_log(level, message, userdata):
+    """The server's log callback: its lines into the logger "dormant.server"."""
+    try:
+        _server_logger.log(logging.WARNING if level <= 1 else logging.INFO, "%s",
+                       message.decode("utf-8", "replace") if message else "")
+    except BaseException:  # never let an exception into C
+        pass
+
+
 def server_options() -> List[Dict[str, Any]]:
     """The server options that serve(**options) takes, from the loaded
     library's table: a list of dicts with name, type ("text", "int",
@@ -815,6 +827,10 @@ class Manager:
         by name (dormant.server_options() lists them all). Every option goes
         to the library by name (dormant_server_options_set()); an unknown
         name or a bad value raises InvalidArgumentError naming both.
+        The server's access log (a line per request, "POST /sleep 200
+        312.418 ms", unless quiet) goes to the logger "dormant.server" at
+        INFO, its warnings at start (faults armed, no token beyond
+        loopback) at WARNING; the library itself never prints.
         Returns a Server (.url, .port, .stop())."""
         lib = self._lib
         start = lib.need("dormant_server_start", "serve()")
@@ -862,6 +878,9 @@ class Manager:
                     _library.EXTRA_FN(_text_trampoline(comms.metrics))]
                 self._check(lib.dormant_server_options_set_metrics_extra(
                     opts, extra_callback[-1], None))
+            if lib.has("dormant_server_options_set_log"):
+                extra_callback = (extra_callback or []) + [_library.LOG_FN(_server_log)]
+                self._check(lib.dormant_server_options_set_log(opts, extra_callback[-1], None))
             self._check(start(self._handle(), opts, ctypes.byref(handle)))
         finally:
             lib.dormant_server_options_destroy(opts)

@@ -100,6 +100,8 @@ int test_server_options_make(const struct test_server_options *t,
 	if (r == 0)
 		r = dormant_server_options_set_metrics_extra(o, t->metrics_extra,
 							     t->metrics_extra_userdata);
+	if (r == 0 && t->log)
+		r = dormant_server_options_set_log(o, t->log, t->log_userdata);
 	if (r < 0) {
 		dormant_server_options_destroy(o);
 		return r;

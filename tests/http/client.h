@@ -43,6 +43,8 @@ struct test_server_options {
 	unsigned max_connections_per_ip;
 	unsigned request_timeout_s;
 	const char *faults;
+	dormant_log_fn log; /* dormant_server_options_set_log() */
+	void *log_userdata;
 };
 
 /* Set what t sets on a fresh object, in the order above; the first

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -700,12 +701,48 @@ static char *read_all(FILE *f)
 	return buf;
 }
 
+/* The server's lines as its log callback got them, "I:" (info) or "W:"
+ * (warning) before each; the server calls it from several threads. */
+struct collected {
+	pthread_mutex_t lock;
+	char text[16384];
+	size_t size;
+};
+
+static void collect(enum dormant_log_level level, const char *message, void *userdata)
+{
+	struct collected *c = userdata;
+	int n;
+
+	pthread_mutex_lock(&c->lock);
+	n = snprintf(c->text + c->size, sizeof(c->text) - c->size, "%s:%s\n",
+		     level == DORMANT_LOG_INFO ? "I" : level == DORMANT_LOG_WARNING ? "W" : "?",
+		     message);
+	if (n > 0 && (size_t)n < sizeof(c->text) - c->size)
+		c->size += (size_t)n;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* What the library wrote on the redirected stderr: it must never print. */
+static void expect_nothing_printed(void)
+{
+	char *printed;
+
+	fflush(stderr);
+	printed = read_all(cr_get_redirected_stderr());
+	cr_expect_str_empty(printed, "the library printed: %s", printed);
+	free(printed);
+}
+
 Test(server, access_log_one_line_per_request, .init = cr_redirect_stderr)
 {
-	struct fixture_config config = { .access_log = true };
+	struct collected c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct fixture_config config = {
+		.access_log = true,
+		.server = { .log = collect, .log_userdata = &c },
+	};
 	struct fixture f;
 	struct http_response r;
-	char *log;
 
 	fixture_start(&f, &config);
 	http_get(&f, "/healthz", &r);
@@ -718,31 +755,66 @@ Test(server, access_log_one_line_per_request, .init = cr_redirect_stderr)
 	http_do(&f, &(struct http_request){ .method = "G\033T\177\\", .path = "/x%0d%0a" }, &r);
 	http_response_free(&r);
 	fixture_stop(&f); /* every request has completed */
-	fflush(stderr);
-	log = read_all(cr_get_redirected_stderr());
-	cr_assert(strstr(log, "dormant: GET /healthz 200 "), "%s", log);
-	cr_assert(strstr(log, "dormant: POST /sleep 200 "), "%s", log);
-	cr_assert(strstr(log, "dormant: GET /no\\x01such\\x1b 404 "), "%s", log);
-	cr_assert(strstr(log, "dormant: G\\x1bT\\x7f\\x5c /x\\x0d\\x0a "), "%s", log);
-	cr_assert(strstr(log, " ms\n"), "%s", log);
-	for (const char *p = log; *p; p++)
+	cr_assert(strstr(c.text, "I:GET /healthz 200 "), "%s", c.text);
+	cr_assert(strstr(c.text, "I:POST /sleep 200 "), "%s", c.text);
+	cr_assert(strstr(c.text, "I:GET /no\\x01such\\x1b 404 "), "%s", c.text);
+	cr_assert(strstr(c.text, "I:G\\x1bT\\x7f\\x5c /x\\x0d\\x0a "), "%s", c.text);
+	cr_assert(strstr(c.text, " ms\n"), "%s", c.text);
+	cr_assert_null(strstr(c.text, "W:"), "%s", c.text);
+	for (const char *p = c.text; *p; p++)
 		cr_assert(*p == '\n' || ((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f),
-			  "a raw byte 0x%02x in the log: %s", (unsigned char)*p, log);
-	free(log);
+			  "a raw byte 0x%02x in the log: %s", (unsigned char)*p, c.text);
+	expect_nothing_printed();
 }
 
 Test(server, quiet_means_no_log, .init = cr_redirect_stderr)
 {
+	struct collected c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct fixture_config config = { .server = { .log = collect, .log_userdata = &c } };
 	struct fixture f;
 	struct http_response r;
-	char *log;
 
-	fixture_start(&f, NULL);
+	fixture_start(&f, &config);
 	http_get(&f, "/healthz", &r);
 	http_response_free(&r);
 	fixture_stop(&f);
-	fflush(stderr);
-	log = read_all(cr_get_redirected_stderr());
-	cr_assert_null(strstr(log, "dormant: GET"), "%s", log);
-	free(log);
+	cr_assert_eq(c.size, 0, "%s", c.text);
+	expect_nothing_printed();
+}
+
+/* The warnings at start go to the callback, quiet or not; without a
+ * callback, no line goes anywhere. */
+Test(server, start_warnings_go_to_the_log, .init = cr_redirect_stderr)
+{
+	struct collected c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct fixture_config config = {
+		.server = { .faults = "wake:create", .log = collect, .log_userdata = &c },
+	};
+	struct fixture f;
+
+	fixture_start(&f, &config);
+	fixture_stop(&f);
+	cr_assert(strstr(c.text, "W:fault injection armed (a test tool): wake:create\n"), "%s",
+		  c.text);
+
+	c.size = 0;
+	c.text[0] = '\0';
+	config.server.faults = NULL;
+	cr_assert_eq(setenv("DORMANT_FAULTS", "sleep:copy", 1), 0);
+	fixture_start(&f, &config);
+	fixture_stop(&f);
+	cr_assert(strstr(c.text, "W:$DORMANT_FAULTS is ignored"), "%s", c.text);
+
+	/* the same server without a callback: faults armed, the access log on */
+	config = (struct fixture_config){ .access_log = true, .server = { .faults = "wake:create" } };
+	fixture_start(&f, &config);
+	{
+		struct http_response r;
+
+		http_get(&f, "/healthz", &r);
+		http_response_free(&r);
+	}
+	fixture_stop(&f);
+	unsetenv("DORMANT_FAULTS");
+	expect_nothing_printed();
 }

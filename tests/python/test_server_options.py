@@ -3,6 +3,7 @@
 (dormant_server_options_set, server/server_options.c): names and values are checked
 there, and Python keeps no mirror of struct dormant_server_options."""
 import inspect
+import logging
 
 import pytest
 
@@ -102,3 +103,20 @@ def test_serve_beyond_loopback_needs_a_token_or_insecure_no_auth(mgr, monkeypatc
         assert s.port > 0
     with pytest.raises(InvalidArgumentError, match="placeholder"):
         mgr.serve("0.0.0.0", quiet=True, token="REPLACE-ME-openssl-rand-hex-32")
+
+
+def test_the_server_logs_through_logging_and_never_prints(mgr, caplog, capfd):
+    caplog.set_level(logging.INFO, logger="dormant.server")
+    capfd.readouterr()
+    with mgr.serve(faults="wake:create") as s:
+        assert http("GET", s.url + "/healthz").status == 200
+    with mgr.serve(quiet=True) as s:
+        assert http("GET", s.url + "/readyz").status == 200
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "dormant.server"]
+    assert (logging.WARNING, "fault injection armed (a test tool): wake:create") in lines, lines
+    assert any(level == logging.INFO and m.startswith("GET /healthz 200 ") and m.endswith(" ms")
+               for level, m in lines), lines
+    # quiet: no access log
+    assert not any("/readyz" in m for _, m in lines), lines
+    printed = capfd.readouterr()
+    assert "healthz" not in printed.err and "fault injection" not in printed.err, printed.err
