@@ -132,8 +132,9 @@ DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_serve
 
 /* Where the server's lines go: the access log, one line per completed
  * request at DORMANT_LOG_INFO ("POST /sleep 200 312.418 ms", method and path
- * with control bytes escaped; none when quiet), and the warnings at start at
- * DORMANT_LOG_WARNING. fn is called from the server's threads, several at
+ * with control bytes escaped; none when quiet), the warnings at start at
+ * DORMANT_LOG_WARNING, and libmicrohttpd's complaints about clients once
+ * started (a connection reset while answering, ...) at DORMANT_LOG_DEBUG. fn is called from the server's threads, several at
  * once, and from dormant_server_start(); it must not call into this server.
  * fn NULL (the default): the lines are dropped. -EINVAL for NULL options. */
 DORMANT_EXPORT int dormant_server_options_set_log(struct dormant_server_options *o,

@@ -685,11 +685,19 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	struct dormant_server *s = cls;
 
-	/* Only messages from starting are kept, for the error message;
-	 * afterwards libmicrohttpd's complaints about clients are dropped (the
-	 * library never prints). */
-	if (!atomic_load(&s->starting))
+	/* Messages from starting are kept for the error message; afterwards
+	 * libmicrohttpd's complaints about clients (a connection reset while
+	 * answering, ...) go to the log callback at debug level. */
+	if (!atomic_load(&s->starting)) {
+		char line[256];
+
+		if (!s->log)
+			return;
+		vsnprintf(line, sizeof(line), fmt, ap);
+		line[strcspn(line, "\n")] = '\0';
+		server_log(s, DORMANT_LOG_DEBUG, "libmicrohttpd: %s", line);
 		return;
+	}
 	vsnprintf(s->start_error, sizeof(s->start_error), fmt, ap);
 	s->start_error[strcspn(s->start_error, "\n")] = '\0';
 }

@@ -127,6 +127,8 @@ static void on_log(enum dormant_log_level level, const char *message, void *user
 static void on_server_log(enum dormant_log_level level, const char *message, void *userdata)
 {
 	(void)userdata;
+	if (level > DORMANT_LOG_INFO) /* libmicrohttpd's complaints about clients */
+		return;
 	fprintf(stderr, "dormant: %s%s\n", level <= DORMANT_LOG_WARNING ? "warning: " : "",
 		message);
 }

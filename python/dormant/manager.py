@@ -98,7 +98,8 @@ _server_logger = logging.getLogger("dormant.server")
 def _server_log(level, message, userdata):
     """The server's log callback: its lines into the logger "dormant.server"."""
     try:
-        _server_logger.log(logging.WARNING if level <= 1 else logging.INFO, "%s",
+        _server_logger.log({0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(
+                           level, logging.DEBUG), "%s",
                        message.decode("utf-8", "replace") if message else "")
     except BaseException:  # never let an exception into C
         pass

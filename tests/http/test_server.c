@@ -818,3 +818,30 @@ Test(server, start_warnings_go_to_the_log, .init = cr_redirect_stderr)
 	unsetenv("DORMANT_FAULTS");
 	expect_nothing_printed();
 }
+
+/* Once started, libmicrohttpd's complaints about a client reach the log
+ * callback at debug level (here: a header line without a colon, which it
+ * answers 400 itself), one line each, and are never printed. */
+Test(server, libmicrohttpd_complaints_go_to_the_log, .init = cr_redirect_stderr)
+{
+	static const char request[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n";
+	struct collected c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct fixture_config config = { .server = { .log = collect, .log_userdata = &c } };
+	struct fixture f;
+	char buf[1024];
+	ssize_t n;
+	int fd;
+
+	fixture_start(&f, &config);
+	fd = connect_tcp(dormant_server_port(f.server));
+	cr_assert_eq(write(fd, request, sizeof(request) - 1), (ssize_t)sizeof(request) - 1);
+	n = read(fd, buf, sizeof(buf) - 1);
+	cr_assert_gt(n, 0);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, " 400 "), "%s", buf);
+	close(fd);
+	fixture_stop(&f);
+	cr_assert(strstr(c.text, "?:libmicrohttpd: "), "%s", c.text);
+	cr_assert_null(strstr(c.text, "\n\n"), "a message's own newline kept: %s", c.text);
+	expect_nothing_printed();
+}
