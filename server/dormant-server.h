@@ -134,8 +134,14 @@ DORMANT_EXPORT int dormant_server_options_set_metrics_extra(struct dormant_serve
  * request at DORMANT_LOG_INFO ("POST /sleep 200 312.418 ms", method and path
  * with control bytes escaped; none when quiet), the warnings at start at
  * DORMANT_LOG_WARNING, and libmicrohttpd's complaints about clients once
- * started (a connection reset while answering, ...) at DORMANT_LOG_DEBUG. fn is called from the server's threads, several at
- * once, and from dormant_server_start(); it must not call into this server.
+ * started (a connection reset while answering, ...) at DORMANT_LOG_DEBUG.
+ * fn is called on a thread of the server's own, one line at a time, in
+ * order, never on a thread answering requests: a slow fn (one that waits for
+ * Python's GIL) holds no request up. Up to 256 lines wait for it; beyond,
+ * lines are dropped and counted, and fn gets "N log lines dropped: ..."
+ * where they went missing, at the level of the most severe of them.
+ * dormant_server_stop() hands fn every line before it returns. fn must not
+ * call into this server.
  * fn NULL (the default): the lines are dropped. -EINVAL for NULL options. */
 DORMANT_EXPORT int dormant_server_options_set_log(struct dormant_server_options *o,
 						  dormant_log_fn fn, void *userdata);

@@ -46,6 +46,7 @@
 #include "dormant-server.h"
 #include "faults.h"
 #include "listen.h"
+#include "logq.h"
 #include "server_options.h"
 #include "routes.h"
 #include "common.h"
@@ -68,8 +69,7 @@ struct dormant_server {
 	char *token;
 	bool open_probes;
 	bool quiet;
-	dormant_log_fn log; /* the access log and the start's warnings; NULL: none */
-	void *log_userdata;
+	struct log_queue logq; /* the access log, the start's warnings: logq.h */
 	struct listener listener; /* listen.c: the socket, port, url */
 	struct fault_switch faults;
 	char *faults_text; /* its rules when armed: /stats, /metrics */
@@ -636,21 +636,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
 	return request_answer(s, connection, rq, method);
 }
 
-/* One line to the log callback, if there is one: the library never prints. */
-static void server_log(const struct dormant_server *s, enum dormant_log_level level,
-		       const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-
-	if (!s->log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	s->log(level, line, s->log_userdata);
-}
-
 static void on_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
@@ -670,10 +655,10 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
 		free(rq);
 		return;
 	}
-	if (!s->quiet)
-		server_log(s, DORMANT_LOG_INFO, "%s %s %d %.3f ms%s", rq->method, rq->path,
-			   rq->status ? rq->status : 0, (now_monotonic_s() - rq->start_s) * 1e3,
-			   toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
+	if (!s->quiet) /* queued: a slow log callback never holds this thread */
+		logq_put(&s->logq, DORMANT_LOG_INFO, "%s %s %d %.3f ms%s", rq->method, rq->path,
+			 rq->status ? rq->status : 0, (now_monotonic_s() - rq->start_s) * 1e3,
+			 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
 	api_response_finish(&rq->deferred);
 	free(rq->params);
 	free(rq->body);
@@ -691,11 +676,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	if (!atomic_load(&s->starting)) {
 		char line[256];
 
-		if (!s->log)
-			return;
 		vsnprintf(line, sizeof(line), fmt, ap);
 		line[strcspn(line, "\n")] = '\0';
-		server_log(s, DORMANT_LOG_DEBUG, "libmicrohttpd: %s", line);
+		logq_put(&s->logq, DORMANT_LOG_DEBUG, "libmicrohttpd: %s", line);
 		return;
 	}
 	vsnprintf(s->start_error, sizeof(s->start_error), fmt, ap);
@@ -742,6 +725,7 @@ static void server_free(struct dormant_server *s)
 	pthread_cond_destroy(&s->idle);
 	pthread_mutex_destroy(&s->lock);
 	conn_table_finish(&s->conns);
+	logq_stop(&s->logq); /* every line handed over first */
 	free(s);
 }
 
@@ -775,8 +759,6 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	s->listener.fd = -1;
 	s->open_probes = o.open_probes;
 	s->quiet = o.quiet;
-	s->log = o.log;
-	s->log_userdata = o.log_userdata;
 	s->api.manager = m;
 	s->api.stats_extra = o.stats_extra;
 	s->api.stats_extra_userdata = o.stats_extra_userdata;
@@ -788,6 +770,9 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	pthread_cond_init(&s->idle, &attr);
 	pthread_condattr_destroy(&attr);
 
+	r = logq_start(&s->logq, o.log, o.log_userdata);
+	if (r < 0)
+		goto err;
 	r = server_options_token(&o, &s->token);
 	if (r < 0)
 		goto err;
@@ -802,10 +787,10 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 	if (r < 0)
 		goto err;
 	if (!s->token && !s->listener.local)
-		server_log(s, DORMANT_LOG_WARNING,
-			   "no authentication on %s (insecure_no_auth): anyone who reaches it can "
-			   "sleep and wake this trainer",
-			   s->listener.url);
+		logq_put(&s->logq, DORMANT_LOG_WARNING,
+			 "no authentication on %s (insecure_no_auth): anyone who reaches it can "
+			 "sleep and wake this trainer",
+			 s->listener.url);
 
 	r = faults_install(&s->faults, m);
 	if (r < 0)
@@ -818,12 +803,12 @@ DORMANT_EXPORT int dormant_server_start(struct dormant *m, const struct dormant_
 		}
 		s->api.faults = s->faults_text;
 		/* never silent, quiet or not: sleeps and wakes will fail */
-		server_log(s, DORMANT_LOG_WARNING, "fault injection armed (a test tool): %s",
-			   s->faults_text);
+		logq_put(&s->logq, DORMANT_LOG_WARNING, "fault injection armed (a test tool): %s",
+			 s->faults_text);
 	} else if (getenv("DORMANT_FAULTS") && *getenv("DORMANT_FAULTS")) {
-		server_log(s, DORMANT_LOG_WARNING,
-			   "$DORMANT_FAULTS is ignored: faults are armed only by the faults option "
-			   "(dormantd --fault)");
+		logq_put(&s->logq, DORMANT_LOG_WARNING,
+			 "$DORMANT_FAULTS is ignored: faults are armed only by the faults option "
+			 "(dormantd --fault)");
 	}
 	if (fstat(s->listener.fd, &listen_st) < 0) {
 		r = socket_errno(errno, "checking the socket of", s->listener.url);

@@ -770,11 +770,23 @@ static void *sleeper_main(void *arg)
 	return NULL;
 }
 
+/* The server's log callback: counts lines, a little slowly, so that its
+ * queue (server/logq.c) fills and drains while clients race. */
+static void log_line(enum dormant_log_level level, const char *message, void *userdata)
+{
+	atomic_uint *lines = userdata;
+
+	(void)level;
+	(void)message;
+	pause_us(20);
+	atomic_fetch_add(lines, 1);
+}
+
 static void scenario_http(void)
 {
 	enum { CLIENTS = 10, REQUESTS = 400 };
 	struct dormant *m = manager_new(128 * MiB);
-	atomic_uint extra_calls = 0, done = 0, hooks = 0;
+	atomic_uint extra_calls = 0, done = 0, hooks = 0, log_lines = 0;
 	struct client clients[CLIENTS];
 	struct dormant_server *server = NULL;
 	struct sleeper last;
@@ -794,11 +806,13 @@ static void scenario_http(void)
 
 	if (r == 0)
 		r = dormant_server_options_parse(so, "listen=127.0.0.1:0,threads=4,"
-					       "max_connections=64,quiet=true");
+					       "max_connections=64");
 	if (r == 0)
 		r = dormant_server_options_set_stats_extra(so, stats_extra, &extra_calls);
 	if (r == 0)
 		r = dormant_server_options_set_metrics_extra(so, metrics_extra, &extra_calls);
+	if (r == 0)
+		r = dormant_server_options_set_log(so, log_line, &log_lines);
 	if (r == 0)
 		r = dormant_server_start(m, so, &server);
 	dormant_server_options_destroy(so);
@@ -829,6 +843,9 @@ static void scenario_http(void)
 	/* the sleep may have come too late for the stopping server */
 	if (last.status != 200 && last.status != 503 && last.status != 0)
 		fail("a sleep during stop answered %d", last.status);
+	/* every request logged a line, or was counted in a dropped-lines line */
+	if (atomic_load(&log_lines) == 0)
+		fail("the log callback got no line of %u requests", atomic_load(&done));
 	while (dormant_wake(m, NULL, NULL) == -EBUSY)
 		pause_us(1000);
 	if (w && !holds(m, w, 4 * MiB, 33))
