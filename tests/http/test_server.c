@@ -705,9 +705,20 @@ static char *read_all(FILE *f)
  * (warning) before each; the server calls it from several threads. */
 struct collected {
 	pthread_mutex_t lock;
+	pthread_cond_t released; /* held_log() waits for release */
+	bool release;
 	char text[16384];
 	size_t size;
 };
+
+static int count_lines(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
 
 static void collect(enum dormant_log_level level, const char *message, void *userdata)
 {
@@ -844,4 +855,44 @@ Test(server, libmicrohttpd_complaints_go_to_the_log, .init = cr_redirect_stderr)
 	cr_assert(strstr(c.text, "?:libmicrohttpd: "), "%s", c.text);
 	cr_assert_null(strstr(c.text, "\n\n"), "a message's own newline kept: %s", c.text);
 	expect_nothing_printed();
+}
+
+/* A log callback that does not return (Python's, waiting for the GIL) holds
+ * no request up: with one thread answering, requests are still answered
+ * while the first access line waits in the callback. */
+static void held_log(enum dormant_log_level level, const char *message, void *userdata)
+{
+	struct collected *c = userdata;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->release)
+		pthread_cond_wait(&c->released, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	collect(level, message, userdata);
+}
+
+Test(server, a_held_log_callback_holds_no_request_up)
+{
+	struct collected c = { .lock = PTHREAD_MUTEX_INITIALIZER,
+			       .released = PTHREAD_COND_INITIALIZER };
+	struct fixture_config config = {
+		.access_log = true,
+		.server = { .threads = 1, .log = held_log, .log_userdata = &c },
+	};
+	struct fixture f;
+	struct http_response r;
+
+	fixture_start(&f, &config);
+	for (int i = 0; i < 5; i++) {
+		http_do(&f, &(struct http_request){ .path = "/healthz", .timeout_ms = 10000 }, &r);
+		cr_assert_eq(r.status, 200, "request %d: %ld (curl %d)", i, r.status, (int)r.curl_error);
+		http_response_free(&r);
+	}
+	pthread_mutex_lock(&c.lock);
+	cr_assert_eq(c.size, 0, "a line got through a held callback: %s", c.text);
+	c.release = true;
+	pthread_cond_broadcast(&c.released);
+	pthread_mutex_unlock(&c.lock);
+	fixture_stop(&f); /* every line handed over */
+	cr_assert_eq(count_lines(c.text, "I:GET /healthz 200 "), 5, "%s", c.text);
 }
