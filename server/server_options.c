@@ -106,7 +106,7 @@ static const struct option_row options[] = {
 	{
 		.name = "quiet", .type = OPTION_BOOL, .offset = FIELD(quiet),
 		.default_value = "false",
-		.doc = "no access log: no line per request to the log callback",
+		.doc = "no access log (a line per request)",
 	},
 	{
 		/* no environment variable: one inherited by a pod would make its
