@@ -122,8 +122,8 @@ static void on_log(enum dormant_log_level level, const char *message, void *user
 
 /* The server's lines: its access log as "dormant: POST /sleep 200 3.1 ms"
  * (the server drops it when quiet), its warnings as "dormant: warning: ...".
- * One fprintf a line: stdio locks the stream, so lines of the server's
- * threads never mix. */
+ * Called on the server's log thread; one fprintf a line: stdio locks the
+ * stream, so its lines never mix with dormantd's own. */
 static void on_server_log(enum dormant_log_level level, const char *message, void *userdata)
 {
 	(void)userdata;
