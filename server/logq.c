@@ -74,7 +74,6 @@ int logq_start(struct log_queue *q, dormant_log_fn fn, void *userdata)
 		memset(q, 0, sizeof(*q));
 		return error_set(-r, "starting the server's log thread: %s", strerror(r));
 	}
-	q->started = true;
 	return 0;
 }
 
@@ -83,7 +82,7 @@ void logq_put(struct log_queue *q, enum dormant_log_level level, const char *fmt
 	struct logq_line *line;
 	va_list ap;
 
-	if (!q->started)
+	if (!q->fn)
 		return;
 	pthread_mutex_lock(&q->lock);
 	if (q->count == LOGQ_LINES) {
@@ -107,7 +106,7 @@ void logq_put(struct log_queue *q, enum dormant_log_level level, const char *fmt
 
 void logq_stop(struct log_queue *q)
 {
-	if (!q->started)
+	if (!q->fn)
 		return;
 	pthread_mutex_lock(&q->lock);
 	q->stopping = true;

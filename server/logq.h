@@ -38,7 +38,6 @@ struct log_queue {
 	pthread_mutex_t lock;
 	pthread_cond_t more; /* a line was put, or stopping */
 	pthread_t thread;
-	bool started;
 	bool stopping;
 	struct logq_line *ring;	    /* LOGQ_LINES */
 	size_t head;		    /* the oldest waiting line */
