@@ -571,18 +571,26 @@ static int connect_tcp(int port)
 	return fd;
 }
 
+/* Send request as it is and read what comes back in one read (an answer
+ * this small comes whole) into buf, NUL-terminated. */
+static void raw_exchange(int fd, const char *request, char *buf, size_t size)
+{
+	size_t len = strlen(request);
+	ssize_t n;
+
+	cr_assert_eq(write(fd, request, len), (ssize_t)len);
+	n = read(fd, buf, size - 1);
+	cr_assert_gt(n, 0);
+	buf[n] = '\0';
+}
+
 /* Send a keep-alive request and read its whole answer: afterwards the
  * server surely holds the connection. */
 static void raw_request(int fd)
 {
-	static const char request[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
 	char buf[1024];
-	ssize_t n;
 
-	cr_assert_eq(write(fd, request, sizeof(request) - 1), (ssize_t)sizeof(request) - 1);
-	n = read(fd, buf, sizeof(buf) - 1);
-	cr_assert_gt(n, 0);
-	buf[n] = '\0';
+	raw_exchange(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
 	cr_assert(strstr(buf, "200 OK"), "%s", buf);
 }
 
@@ -835,20 +843,16 @@ Test(server, start_warnings_go_to_the_log, .init = cr_redirect_stderr)
  * answers 400 itself), one line each, and are never printed. */
 Test(server, libmicrohttpd_complaints_go_to_the_log, .init = cr_redirect_stderr)
 {
-	static const char request[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n";
 	struct collected c = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fixture_config config = { .server = { .log = collect, .log_userdata = &c } };
 	struct fixture f;
 	char buf[1024];
-	ssize_t n;
 	int fd;
 
 	fixture_start(&f, &config);
 	fd = connect_tcp(dormant_server_port(f.server));
-	cr_assert_eq(write(fd, request, sizeof(request) - 1), (ssize_t)sizeof(request) - 1);
-	n = read(fd, buf, sizeof(buf) - 1);
-	cr_assert_gt(n, 0);
-	buf[n] = '\0';
+	raw_exchange(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", buf,
+		     sizeof(buf));
 	cr_assert(strstr(buf, " 400 "), "%s", buf);
 	close(fd);
 	fixture_stop(&f);
